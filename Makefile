@@ -1,0 +1,34 @@
+# Lull — two commands do everything on a fresh Debian machine:
+#   make demo   runs the demo
+#   make test   builds with warnings as errors and runs the test suite
+# Both install libevent-dev first when pkg-config cannot find it.
+
+SWIFT      ?= swift
+SWIFTFLAGS ?=
+BENCH_ARGS ?=
+
+.PHONY: all deps build test test-tsan demo bench clean
+
+all: build
+
+deps:
+	@./scripts/ensure-libevent.sh
+
+build: deps
+	$(SWIFT) build $(SWIFTFLAGS)
+
+test: deps
+	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+	$(SWIFT) test --skip-build $(SWIFTFLAGS)
+
+test-tsan: deps
+	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
+
+demo: deps
+	$(SWIFT) run -c release $(SWIFTFLAGS) qos-demo
+
+bench: deps
+	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)
+
+clean:
+	rm -rf .build .build-tsan

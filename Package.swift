@@ -1,0 +1,51 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let strictSettings: [SwiftSetting] = [
+    .treatAllWarnings(as: .error),
+]
+
+let package = Package(
+    name: "Lull",
+    products: [
+        .library(name: "Lull", targets: ["Lull"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLibevent",
+            pkgConfig: "libevent_pthreads",
+            providers: [.apt(["libevent-dev"])]
+        ),
+        .target(name: "CLullShims"),
+        .target(
+            name: "Lull",
+            dependencies: [
+                "CLibevent",
+                "CLullShims",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "qos-demo",
+            dependencies: ["Lull"],
+            path: "Examples/qos-demo",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "lull-bench",
+            dependencies: ["Lull"],
+            path: "Benchmarks/LullBenchmarks",
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "LullTests",
+            dependencies: ["Lull"],
+            swiftSettings: strictSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,54 @@
+#ifndef LULL_SHIMS_H
+#define LULL_SHIMS_H
+
+#include <stdint.h>
+#include <time.h>
+
+// Thin wrappers over Linux system calls that Swift cannot call directly
+// (variadic `syscall`/`prctl`, glibc enums). Each returns 0 or the errno value.
+
+/// The kernel thread id of the calling thread.
+int32_t lull_gettid(void);
+
+/// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc.
+int lull_set_thread_name(const char *name);
+
+/// Sets the nice value of one thread (Linux nice values are per thread).
+int lull_set_thread_nice(int32_t tid, int nice);
+
+/// Reads the nice value of one thread into *nice.
+int lull_get_thread_nice(int32_t tid, int *nice);
+
+/// The soft RLIMIT_NICE of the process (RLIM_INFINITY as UINT64_MAX).
+int lull_get_rlimit_nice(uint64_t *limit);
+
+/// Puts one thread in the idle I/O scheduling class (IOPRIO_CLASS_IDLE).
+int lull_set_thread_io_idle(int32_t tid);
+
+/// Reads the I/O priority of one thread into *value (class << 13 | data).
+int lull_get_thread_ioprio(int32_t tid, int *value);
+
+/// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK).
+int lull_set_timer_slack(unsigned long nanoseconds);
+
+/// Waits while *address == expected, until woken or until the absolute
+/// CLOCK_MONOTONIC deadline (NULL: no deadline). Returns 0, EAGAIN, ETIMEDOUT or EINTR.
+int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec *deadline);
+
+/// Wakes up to `count` threads waiting on address.
+int lull_futex_wake(uint32_t *address, int count);
+
+/// Atomic helpers on a futex word shared with lull_futex_wait.
+uint32_t lull_atomic_load(uint32_t *address);
+void lull_atomic_store(uint32_t *address, uint32_t value);
+uint32_t lull_atomic_exchange(uint32_t *address, uint32_t value);
+
+/// A one-permit parking word (0 empty, 1 permit available, 2 a thread parked).
+/// lull_park consumes the permit or sleeps until lull_unpark gives one or the absolute
+/// CLOCK_MONOTONIC deadline passes (NULL: none). Returns 0 when a permit was consumed,
+/// ETIMEDOUT otherwise.
+int lull_park(uint32_t *word, const struct timespec *deadline);
+/// Gives the permit; wakes the parked thread if there is one (a system call only then).
+void lull_unpark(uint32_t *word);
+
+#endif

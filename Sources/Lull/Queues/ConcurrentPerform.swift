@@ -1,0 +1,79 @@
+import Synchronization
+
+extension WorkQueue {
+    /// Runs `execute(0) ... execute(iterations - 1)` in parallel on the calling thread and
+    /// the worker pool of the caller's QoS; returns when every iteration has returned.
+    ///
+    /// The caller takes part, so nothing deadlocks when the pool is busy: helpers that have
+    /// not started by the time the iterations run out simply do nothing.
+    public static func concurrentPerform(iterations: Int, execute work: (Int) -> Void) {
+        guard iterations > 0 else { return }
+        guard iterations > 1 else {
+            work(0)
+            return
+        }
+        withoutActuallyEscaping(work) { escapable in
+            let shared = ConcurrentPerformState(iterations: iterations, work: escapable)
+            let thread = ThreadState.current
+            let qos = thread.effectiveQoS.qosClass == .userInteractive ? QoS.userInitiated : thread.effectiveQoS
+            let helpers = min(WorkerPool.shared.cpuCount, iterations) - 1
+            for _ in 0..<helpers {
+                WorkerPool.shared.submit(Job(work: .block({ shared.help() }), qos: qos, flags: [],
+                                             context: thread.context, group: nil))
+            }
+            shared.help()
+            shared.closeAndWait()
+        }
+    }
+}
+
+/// The iterations of one `concurrentPerform` and the helpers taking part.
+///
+/// `@unchecked Sendable` is sound: `work` is the caller's non-escaping closure, called only
+/// by helpers between a successful `enter()` and their `leave()`; `closeAndWait()` forbids
+/// new entries and returns only after every entered helper has left, so no call outlives the
+/// caller's frame. Each index is claimed exactly once through the atomic counter.
+private final class ConcurrentPerformState: @unchecked Sendable {
+    private static let closedBit = 1 << 62
+
+    private let iterations: Int
+    private let work: (Int) -> Void
+    private let nextIndex = Atomic<Int>(0)
+    private let participants = Atomic<Int>(0)
+    private let allLeft = Parker()
+
+    init(iterations: Int, work: @escaping (Int) -> Void) {
+        self.iterations = iterations
+        self.work = work
+    }
+
+    func help() {
+        guard enter() else { return }
+        while true {
+            let index = nextIndex.wrappingAdd(1, ordering: .relaxed).oldValue
+            if index >= iterations { break }
+            work(index)
+        }
+        if participants.subtract(1, ordering: .acquiringAndReleasing).newValue == ConcurrentPerformState.closedBit {
+            allLeft.unpark()
+        }
+    }
+
+    private func enter() -> Bool {
+        var current = participants.load(ordering: .relaxed)
+        while current & ConcurrentPerformState.closedBit == 0 {
+            let (exchanged, original) = participants.compareExchange(
+                expected: current, desired: current + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func closeAndWait() {
+        let before = participants.bitwiseOr(ConcurrentPerformState.closedBit, ordering: .acquiringAndReleasing).oldValue
+        if before & ~ConcurrentPerformState.closedBit != 0 {
+            WorkerPool.shared.blocking { allLeft.park() }
+        }
+    }
+}

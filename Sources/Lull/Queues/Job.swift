@@ -1,0 +1,29 @@
+/// One unit of work in a queue: a block, a work item, a queue's drain request or a thread
+/// waiting in `sync`, with the QoS and context it was submitted with.
+struct Job: Sendable {
+    enum Work: Sendable {
+        case block(@Sendable () -> Void)
+        case item(WorkItem)
+        /// Drain the queue (a child queue funnelling through its target).
+        case drain(WorkQueue)
+        /// A thread blocked in `sync` that runs once the queue reaches it.
+        case syncWaiter(SyncWaiter)
+    }
+
+    var work: Work
+    /// The QoS the job resolved to where it was enqueued (see `QoSResolution`).
+    var qos: QoS
+    var flags: WorkItemFlags
+    var context: ExecutionContext
+    var group: WorkGroup?
+
+    var isBarrier: Bool {
+        if flags.contains(.barrier) { return true }
+        if case .syncWaiter(let waiter) = work { return waiter.isBarrier }
+        return false
+    }
+
+    static func drain(_ queue: WorkQueue, at qosClass: QoS.QoSClass) -> Job {
+        Job(work: .drain(queue), qos: QoS(qosClass), flags: [], context: .empty, group: nil)
+    }
+}

@@ -1,0 +1,32 @@
+/// Runs one job on the calling thread with the context and QoS it resolved to.
+enum JobRunner {
+    /// - Parameters:
+    ///   - floor: the QoS the job's queue imposes (unspecified for a global queue, whose
+    ///     jobs were resolved when submitted).
+    ///   - drainQoS: the QoS of the drain running the job, nil on a global queue. Blocks
+    ///     never run below it: that is how an override shows in `QoS.current`.
+    static func run(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+        switch job.work {
+        case .block(let block):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let savedContext = thread.context
+            thread.context = job.context
+            thread.withQoS(qos) { block() }
+            thread.context = savedContext
+        case .item(let item):
+            item.run(context: job.context, qos: runQoS(job, floor: floor, drainQoS: drainQoS), thread: thread)
+        case .drain(let queue):
+            queue.drain()
+        case .syncWaiter(let waiter):
+            // Only reachable on a global queue, which has no owner to hand over.
+            waiter.grant(drainerWaits: false)
+        }
+        job.group?.leave()
+    }
+
+    private static func runQoS(_ job: Job, floor: QoS, drainQoS: QoS?) -> QoS {
+        let qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
+        guard let drainQoS else { return qos }
+        return QoS.maximum(qos, drainQoS)
+    }
+}

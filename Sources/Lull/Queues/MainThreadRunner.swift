@@ -1,0 +1,29 @@
+import Synchronization
+
+/// Runs the main queue's drains on the thread inside `WorkQueue.runMain()`.
+final class MainThreadRunner: Sendable {
+    static let shared = MainThreadRunner()
+
+    private let jobs = Mutex<Fifo<Job>>(Fifo())
+    private let parker = Parker()
+    private let started = Atomic<Bool>(false)
+
+    func submit(_ job: Job) {
+        jobs.withLock { $0.append(job) }
+        parker.unpark()
+    }
+
+    func run() -> Never {
+        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            lullFatal("WorkQueue.runMain() called twice: the main queue already has its thread")
+        }
+        let thread = ThreadState.current
+        thread.effectiveQoS = .userInteractive
+        while true {
+            while let job = jobs.withLock({ $0.popFirst() }) {
+                JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+            }
+            parker.park()
+        }
+    }
+}

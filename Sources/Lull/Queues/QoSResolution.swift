@@ -1,0 +1,31 @@
+/// The contract's rules for the QoS a block runs at, in two steps.
+///
+/// At submission, `propagated` folds what the block brings: the item's QoS (`WorkItem(qos:)`,
+/// `async(qos:)`) unless `.noQoS`, else the submitting thread's QoS for work that is not
+/// detached, with user-interactive lowered to user-initiated (`.inheritQoS` prefers the
+/// thread's over the item's).
+///
+/// Where the block is queued, `effective` applies the queue: its own QoS, or that of a
+/// global target other than the default one, wins — unless `.enforceQoS` and the block's
+/// is higher. Without either, `default`.
+enum QoSResolution {
+    static func propagated(itemQoS: QoS, flags: WorkItemFlags, submitter: QoS?) -> QoS {
+        let item: QoS? = (itemQoS.isUnspecified || flags.contains(.noQoS)) ? nil : itemQoS
+        var inferred: QoS?
+        if let submitter, !submitter.isUnspecified, !flags.contains(.detached) {
+            inferred = submitter.qosClass == .userInteractive ? .userInitiated : submitter
+        }
+        if flags.contains(.inheritQoS), let inferred { return inferred }
+        return item ?? inferred ?? .unspecified
+    }
+
+    static func effective(_ propagated: QoS, flags: WorkItemFlags, floor: QoS) -> QoS {
+        if !floor.isUnspecified {
+            if flags.contains(.enforceQoS), !propagated.isUnspecified, propagated.qosClass > floor.qosClass {
+                return propagated
+            }
+            return floor
+        }
+        return propagated.isUnspecified ? .default : propagated
+    }
+}

@@ -1,0 +1,134 @@
+/// How a queue's blocks run: the drain loops that a drain request performs on whatever thread
+/// runs it, and the execution of one job.
+extension WorkQueue {
+    /// Blocks a concurrent drain takes per lock acquisition.
+    private static let concurrentBatch = 16
+    /// Blocks a concurrent drain runs before it yields its thread to other queues.
+    private static let concurrentQuantum = 64
+
+    /// Runs a drain request for this queue on the calling thread.
+    func drain() {
+        switch kind {
+        case .serial: drainSerial()
+        case .concurrent: drainConcurrent()
+        case .root, .mainThread: lullFatal("drain request for global queue '\(label)'")
+        }
+    }
+
+    /// Takes every pending block at once and runs them in order. Stops early when the queue
+    /// is suspended or a `sync` caller takes the queue over, putting the rest back.
+    private func drainSerial() {
+        var batch = Fifo<Job>()
+        let taken = state.withLock { state -> (floor: QoS, nested: Bool)? in
+            state.drainerFinished()
+            guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
+            state.isOwned = true
+            swap(&batch, &state.pending)
+            state.pendingMaxClass = .unspecified
+            return (state.floor, !(state.target?.isGlobal ?? true))
+        }
+        guard let (floor, nested) = taken else { return }
+        let thread = ThreadState.current
+        let drainQoS = thread.effectiveQoS
+        thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
+        var handedOff: SyncWaiter?
+        while let job = batch.popFirst() {
+            if case .syncWaiter(let waiter) = job.work {
+                if nested {
+                    // The targets this drain holds must stay held while the caller runs.
+                    waiter.grant(drainerWaits: true)
+                    WorkerPool.shared.blocking { waiter.awaitFinish() }
+                } else {
+                    handedOff = waiter
+                    break
+                }
+            } else {
+                JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
+            }
+            if pausedCount.load(ordering: .acquiring) > 0 { break }
+        }
+        thread.heldQueues.removeLast()
+        let request = state.withLock { state -> (WorkQueue, Job)? in
+            state.putBack(&batch)
+            // Handing off keeps the queue owned: the `sync` caller releases it.
+            if handedOff == nil { state.isOwned = false }
+            return state.drainRequestIfNeeded(for: self)
+        }
+        handedOff?.grant(drainerWaits: false)
+        if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// Runs blocks while other drains of the same queue may run too; barriers run alone.
+    private func drainConcurrent() {
+        let thread = ThreadState.current
+        let drainQoS = thread.effectiveQoS
+        var ran = 0
+        var batch = Fifo<Job>()
+        while true {
+            let taken = state.withLock { state -> (floor: QoS, nested: Bool, barrier: Bool, more: (WorkQueue, Job)?)? in
+                guard !state.isPaused, !state.barrierActive, let head = state.pending.first,
+                      ran < WorkQueue.concurrentQuantum else {
+                    state.drainerFinished()
+                    return nil
+                }
+                let nested = !(state.target?.isGlobal ?? true)
+                if head.isBarrier {
+                    guard state.inFlight == 0 else {
+                        state.drainerFinished()
+                        return nil
+                    }
+                    batch.append(state.pending.popFirst()!)
+                    state.barrierActive = true
+                    state.inFlight = 1
+                    return (state.floor, nested, true, nil)
+                }
+                while batch.count < WorkQueue.concurrentBatch, let next = state.pending.first, !next.isBarrier {
+                    batch.append(state.pending.popFirst()!)
+                }
+                state.inFlight += batch.count
+                if state.pending.isEmpty { state.pendingMaxClass = .unspecified }
+                return (state.floor, nested, false, state.drainRequestIfNeeded(for: self))
+            }
+            guard let (floor, nested, barrier, more) = taken else { break }
+            if let (target, token) = more { target.enqueue(token) }
+            thread.heldQueues.append(HeldQueue(id: identity, exclusive: barrier))
+            var finished = 0
+            var handedOffBarrier = false
+            while let job = batch.popFirst() {
+                if case .syncWaiter(let waiter) = job.work {
+                    if nested {
+                        waiter.grant(drainerWaits: true)
+                        WorkerPool.shared.blocking { waiter.awaitFinish() }
+                        finished += 1
+                    } else {
+                        // The caller runs on its own thread and settles its own accounting.
+                        waiter.grant(drainerWaits: false)
+                        handedOffBarrier = barrier
+                    }
+                } else {
+                    JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
+                    finished += 1
+                }
+                ran += 1
+                if pausedCount.load(ordering: .acquiring) > 0 { break }
+            }
+            thread.heldQueues.removeLast()
+            state.withLock { state in
+                state.inFlight -= finished + batch.count
+                state.putBack(&batch)
+                if barrier && !handedOffBarrier { state.barrierActive = false }
+            }
+        }
+        // Leaving (quantum used up, paused, or waiting for a barrier): make sure someone
+        // comes back for what is left.
+        let request = state.withLock { $0.drainRequestIfNeeded(for: self) }
+        if let (target, token) = request { target.enqueue(token) }
+    }
+}
+
+/// A queue the current thread holds: exclusively (a serial drain, a barrier, a `sync`) or
+/// as one of several runners of a concurrent queue.
+struct HeldQueue {
+    let id: ObjectIdentifier
+    let exclusive: Bool
+}

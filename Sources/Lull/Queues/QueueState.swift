@@ -1,0 +1,69 @@
+/// The mutable state of a serial or concurrent queue, guarded by the queue's mutex.
+struct QueueState: Sendable {
+    var pending = Fifo<Job>()
+    var target: WorkQueue?
+    var isInactive: Bool
+    var suspendCount = 0
+    /// The QoS the queue imposes on its blocks (rule 1 of QoS resolution).
+    var floor: QoS
+    /// Serial: a drain or a `sync` caller owns the queue.
+    var isOwned = false
+    /// Concurrent: blocks taken off `pending` that have not finished.
+    var inFlight = 0
+    /// Concurrent: a barrier block (or barrier `sync`) runs.
+    var barrierActive = false
+    /// Drain requests posted on the target or running.
+    var drainers = 0
+    /// The highest class a posted drain request was posted at.
+    var drainerClass: QoS.QoSClass = .unspecified
+    /// An upper bound of the effective class of the pending blocks.
+    var pendingMaxClass: QoS.QoSClass = .unspecified
+
+    /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
+    /// limit, not this number, bounds how many run.
+    static let concurrentWidth = 64
+
+    init(target: WorkQueue?, isInactive: Bool, floor: QoS) {
+        self.target = target
+        self.isInactive = isInactive
+        self.floor = floor
+    }
+
+    var isPaused: Bool { isInactive || suspendCount > 0 }
+
+    /// Decides whether `queue` must put a drain request on its target now, and records it.
+    /// Called under the lock after anything that can make pending blocks runnable.
+    mutating func drainRequestIfNeeded(for queue: WorkQueue) -> (WorkQueue, Job)? {
+        guard !isPaused, let head = pending.first, let target else { return nil }
+        let wanted = pendingMaxClass == .unspecified ? QoS.QoSClass.default : pendingMaxClass
+        if queue.kind == .serial {
+            if isOwned { return nil }
+            // One request is enough, unless a higher-QoS block waits behind a request
+            // posted at a lower class (asynchronous inversion): then post one at its class.
+            if drainers > 0 && wanted <= drainerClass { return nil }
+        } else {
+            if barrierActive { return nil }
+            if head.isBarrier && inFlight > 0 { return nil }
+            let useful = Swift.min(pending.count, QueueState.concurrentWidth)
+            if drainers >= useful && wanted <= drainerClass { return nil }
+        }
+        drainers += 1
+        if wanted > drainerClass { drainerClass = wanted }
+        return (target, Job.drain(queue, at: wanted))
+    }
+
+    /// Called by a drain request that starts or ends.
+    mutating func drainerFinished() {
+        drainers -= 1
+        if drainers == 0 { drainerClass = .unspecified }
+    }
+
+    /// Puts blocks that a drain took but did not run back at the head, before newer ones.
+    mutating func putBack(_ rest: inout Fifo<Job>) {
+        guard !rest.isEmpty else { return }
+        while let job = pending.popFirst() { rest.append(job) }
+        swap(&pending, &rest)
+        // The blocks put back may be of any class: stay conservative.
+        if pendingMaxClass < .default { pendingMaxClass = .default }
+    }
+}

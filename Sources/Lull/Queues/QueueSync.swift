@@ -1,0 +1,178 @@
+/// `sync`: run a block on the calling thread once the queue (and every serial queue it
+/// funnels through) is ours, without a thread hand-off when the queue is free.
+extension WorkQueue {
+    public func sync<T>(flags: WorkItemFlags = [], execute work: () throws -> T) rethrows -> T {
+        try syncRun(flags: flags, itemQoS: .unspecified, work)
+    }
+
+    public func sync(execute workItem: WorkItem) {
+        syncRun(flags: workItem.flags, itemQoS: workItem.requestedQoS) { workItem.perform() }
+    }
+
+    private func syncRun<T>(flags: WorkItemFlags, itemQoS: QoS, _ work: () throws -> T) rethrows -> T {
+        let thread = ThreadState.current
+        let barrier = flags.contains(.barrier) && kind == .concurrent
+        checkNoDeadlock(thread: thread, barrier: barrier)
+        // Runs at the higher of the caller's QoS and the item's, never lower than the caller.
+        let qos = itemQoS.isUnspecified ? thread.effectiveQoS : QoS.maximum(itemQoS, thread.effectiveQoS)
+        let context = flags.contains(.detached) ? ExecutionContext.empty : thread.context
+        switch kind {
+        case .root:
+            return try runBody(work, thread: thread, context: context, qos: qos)
+        case .mainThread:
+            lullFatal("sync onto the main thread's root")
+        case .serial, .concurrent:
+            break
+        }
+        if target?.kind == .mainThread {
+            return try syncOnMainThread(qos: qos, context: context, work)
+        }
+        if let chain = tryAcquireChain(barrier: barrier) {
+            for (queue, exclusive) in chain {
+                thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
+            }
+            defer {
+                thread.heldQueues.removeLast(chain.count)
+                for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
+            }
+            return try runBody(work, thread: thread, context: context, qos: qos)
+        }
+        let waiter = SyncWaiter(isBarrier: barrier || kind == .serial)
+        enqueue(Job(work: .syncWaiter(waiter), qos: QoSResolution.propagated(itemQoS: qos, flags: [], submitter: nil),
+                    flags: barrier ? .barrier : [], context: .empty, group: nil))
+        waiter.awaitGrant()
+        let exclusive = kind == .serial || barrier
+        thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
+        defer {
+            thread.heldQueues.removeLast()
+            if waiter.isNested {
+                waiter.finish()
+            } else {
+                releaseSync(exclusive: exclusive)
+            }
+        }
+        return try runBody(work, thread: thread, context: context, qos: qos)
+    }
+
+    private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
+                            qos: QoS) rethrows -> T {
+        let saved = thread.context
+        thread.context = context
+        defer { thread.context = saved }
+        return try thread.withQoS(qos) { try work() }
+    }
+
+    /// `sync` onto a queue this thread already holds exclusively can never proceed.
+    private func checkNoDeadlock(thread: ThreadState, barrier: Bool) {
+        guard !thread.heldQueues.isEmpty else { return }
+        var queue: WorkQueue? = self
+        var first = true
+        while let current = queue, !current.isGlobal, current.kind != .mainThread {
+            let needsExclusive = current.kind == .serial || (first && barrier)
+            if thread.heldQueues.contains(where: { $0.id == current.identity && ($0.exclusive || needsExclusive) }) {
+                lullFatal("sync onto WorkQueue '\(label)' from a block already running on '\(current.label)': deadlock")
+            }
+            first = false
+            queue = current.target
+        }
+    }
+
+    /// Takes this queue and every non-global queue it funnels through, if all are free now.
+    private func tryAcquireChain(barrier: Bool) -> [(WorkQueue, Bool)]? {
+        var acquired: [(WorkQueue, Bool)] = []
+        var queue: WorkQueue? = self
+        var exclusiveHere = barrier
+        while let current = queue, !current.isGlobal {
+            if current.kind == .mainThread { break }
+            let exclusive = current.kind == .serial || exclusiveHere
+            guard current.tryAcquireForSync(exclusive: exclusive) else {
+                for (held, heldExclusive) in acquired.reversed() { held.releaseSync(exclusive: heldExclusive) }
+                return nil
+            }
+            acquired.append((current, exclusive))
+            exclusiveHere = false
+            queue = current.target
+        }
+        return acquired
+    }
+
+    private func tryAcquireForSync(exclusive: Bool) -> Bool {
+        state.withLock { state in
+            guard !state.isPaused, state.pending.isEmpty else { return false }
+            switch kind {
+            case .serial:
+                guard !state.isOwned else { return false }
+                state.isOwned = true
+            case .concurrent:
+                guard !state.barrierActive else { return false }
+                if exclusive {
+                    guard state.inFlight == 0 else { return false }
+                    state.barrierActive = true
+                }
+                state.inFlight += 1
+            case .root, .mainThread:
+                break
+            }
+            return true
+        }
+    }
+
+    /// Gives back what a `sync` caller held, and lets waiting blocks run.
+    func releaseSync(exclusive: Bool) {
+        let request = state.withLock { state -> (WorkQueue, Job)? in
+            switch kind {
+            case .serial:
+                state.isOwned = false
+            case .concurrent:
+                state.inFlight -= 1
+                if exclusive { state.barrierActive = false }
+            case .root, .mainThread:
+                break
+            }
+            return state.drainRequestIfNeeded(for: self)
+        }
+        if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// The main queue's blocks run on the main thread, `sync` ones included: the block is
+    /// queued like any other and the caller waits for it.
+    private func syncOnMainThread<T>(qos: QoS, context: ExecutionContext, _ body: () throws -> T) rethrows -> T {
+        try syncOnMainThread(qos: qos, context: context, body, rescue: { throw $0 })
+    }
+
+    /// `rescue` rethrows the body's error on the caller's thread; taking it as a parameter
+    /// keeps `syncOnMainThread` rethrows (the same shape as Dispatch's `_syncHelper`).
+    private func syncOnMainThread<T>(qos: QoS, context: ExecutionContext, _ body: () throws -> T,
+                                     rescue: (any Error) throws -> T) rethrows -> T {
+        let outcome: Result<T, any Error> = withoutActuallyEscaping(body) { escapable in
+            let box = SyncBodyBox(escapable)
+            let done = Parker()
+            enqueue(Job(work: .block({ box.run(); done.unpark() }), qos: qos, flags: [], context: context, group: nil))
+            WorkerPool.shared.blocking { done.park() }
+            return box.outcome!
+        }
+        switch outcome {
+        case .success(let value): return value
+        case .failure(let error): return try rescue(error)
+        }
+    }
+}
+
+/// Carries a non-escaping `sync` body to the main thread and its result back.
+///
+/// `@unchecked Sendable` is sound here: the body and result are touched by exactly two
+/// threads in strict sequence — the main thread runs `run()`, then unparks the caller, which
+/// only then reads `result()`; the parker's futex gives the happens-before edge. The caller
+/// stays blocked until then, so the non-escaping closure outlives every use.
+private final class SyncBodyBox<T>: @unchecked Sendable {
+    private let body: () throws -> T
+    private(set) var outcome: Result<T, any Error>?
+
+    init(_ body: @escaping () throws -> T) {
+        self.body = body
+    }
+
+    func run() {
+        outcome = Result { try body() }
+    }
+}

@@ -1,0 +1,141 @@
+import Synchronization
+
+/// A block object: a block with its QoS and flags that can be submitted, performed, waited
+/// on, observed with `notify` and cancelled.
+///
+/// Cancellation is not preemptive: a cancelled item that has not started returns at once
+/// when dequeued; one that started runs to its end. The item "completes" the first time it
+/// runs to its end or is skipped because it was cancelled; `wait` returns and `notify`
+/// blocks are submitted at that moment.
+public final class WorkItem: Sendable {
+    let block: @Sendable () -> Void
+    let qos: QoS
+    let flags: WorkItemFlags
+    /// The context captured at creation with `.assignCurrentContext`.
+    let assignedContext: ExecutionContext?
+    /// The QoS captured at creation with `.assignCurrentContext` (when none was given).
+    let assignedQoS: QoS?
+
+    private let cancelled = Atomic<Bool>(false)
+    private let completion = Mutex<Completion>(Completion())
+
+    private struct Completion {
+        var isDone = false
+        var waiters: [Parker] = []
+        var notifications: [(WorkQueue, Job)] = []
+    }
+
+    public init(qos: QoS = .unspecified, flags: WorkItemFlags = [], block: @escaping @Sendable () -> Void) {
+        self.block = block
+        self.qos = qos
+        self.flags = flags
+        if flags.contains(.assignCurrentContext) {
+            let thread = ThreadState.current
+            assignedContext = thread.context
+            assignedQoS = qos.isUnspecified ? thread.effectiveQoS : nil
+        } else {
+            assignedContext = nil
+            assignedQoS = nil
+        }
+    }
+
+    /// The QoS this item asks for: its own, or the one captured with `.assignCurrentContext`.
+    var requestedQoS: QoS {
+        if !qos.isUnspecified { return qos }
+        return assignedQoS ?? .unspecified
+    }
+
+    /// The context this item runs with when submitted from a thread whose context is `submitter`.
+    func runContext(submitter: ExecutionContext) -> ExecutionContext {
+        if let assignedContext { return assignedContext }
+        if flags.contains(.detached) { return .empty }
+        return submitter
+    }
+
+    /// Runs the block on the calling thread (unless cancelled), with the item's context and
+    /// at the higher of the caller's QoS and the item's.
+    public func perform() {
+        let thread = ThreadState.current
+        let context = runContext(submitter: thread.context)
+        let runQoS = requestedQoS.isUnspecified ? thread.effectiveQoS : QoS.maximum(requestedQoS, thread.effectiveQoS)
+        run(context: context, qos: runQoS, thread: thread)
+    }
+
+    /// Runs the block with an explicit context and QoS (a queue decided them), then completes.
+    func run(context: ExecutionContext, qos runQoS: QoS, thread: ThreadState) {
+        if !isCancelled {
+            let savedContext = thread.context
+            thread.context = context
+            defer { thread.context = savedContext }
+            thread.withQoS(runQoS) { block() }
+        }
+        complete()
+    }
+
+    /// Marks the item as finished (or skipped): wakes waiters and submits notifications.
+    func complete() {
+        let (waiters, notifications) = completion.withLock { state -> ([Parker], [(WorkQueue, Job)]) in
+            if state.isDone { return ([], []) }
+            state.isDone = true
+            defer { state.waiters = []; state.notifications = [] }
+            return (state.waiters, state.notifications)
+        }
+        for waiter in waiters { waiter.unpark() }
+        for (queue, job) in notifications { queue.enqueue(job) }
+    }
+
+    /// Blocks until the item has completed.
+    public func wait() {
+        _ = wait(timeout: .distantFuture)
+    }
+
+    /// Blocks until the item has completed or `timeout` passes.
+    public func wait(timeout: Deadline) -> WaitResult {
+        let parker = Parker()
+        let done = completion.withLock { state -> Bool in
+            if state.isDone { return true }
+            state.waiters.append(parker)
+            return false
+        }
+        if done { return .success }
+        let woken = WorkerPool.shared.blocking { parker.park(until: timeout) }
+        if woken { return .success }
+        let removed = completion.withLock { state -> Bool in
+            guard let index = state.waiters.firstIndex(where: { $0 === parker }) else { return false }
+            state.waiters.remove(at: index)
+            return true
+        }
+        // Not removed: completion raced with the timeout and already took this waiter.
+        return removed ? .timedOut : .success
+    }
+
+    /// Submits `execute` to `queue` once the item has completed.
+    public func notify(qos: QoS = .unspecified, flags: WorkItemFlags = [], queue: WorkQueue,
+                       execute: @escaping @Sendable () -> Void) {
+        let job = queue.makeJob(.block(execute), qos: qos, flags: flags)
+        addNotification(queue: queue, job: job)
+    }
+
+    /// Submits `execute` to `queue` once this item has completed.
+    public func notify(queue: WorkQueue, execute: WorkItem) {
+        addNotification(queue: queue, job: queue.makeJob(for: execute))
+    }
+
+    private func addNotification(queue: WorkQueue, job: Job) {
+        let done = completion.withLock { state -> Bool in
+            if state.isDone { return true }
+            state.notifications.append((queue, job))
+            return false
+        }
+        if done { queue.enqueue(job) }
+    }
+
+    /// Cancels the item: if it has not started, it will not run. Not preemptive.
+    public func cancel() {
+        cancelled.store(true, ordering: .releasing)
+    }
+
+    public var isCancelled: Bool {
+        cancelled.load(ordering: .acquiring)
+    }
+}

@@ -1,0 +1,257 @@
+import Synchronization
+
+/// A queue of blocks: serial (one at a time, FIFO) or concurrent, funnelled through a
+/// target queue down to a global queue that the QoS worker pool runs.
+///
+/// Every queue but the global ones drains through its target: when it has blocks and is
+/// neither suspended, inactive nor already being drained, it puts one *drain request* on its
+/// target; whoever runs that request runs a batch of the queue's blocks on its own thread.
+/// A serial target therefore makes all its children mutually exclusive, as in Dispatch.
+public final class WorkQueue: Sendable {
+    public struct Attributes: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        /// Blocks may run at the same time (barriers excepted).
+        public static let concurrent = Attributes(rawValue: 1 << 0)
+        /// The queue runs nothing until `activate()`.
+        public static let initiallyInactive = Attributes(rawValue: 1 << 1)
+    }
+
+    enum Kind: Sendable, Equatable {
+        case serial
+        case concurrent
+        /// A global queue: blocks go straight to the worker pool.
+        case root(QoS.QoSClass)
+        /// Where the main queue drains: the thread inside `runMain()`.
+        case mainThread
+    }
+
+    public let label: String
+    public let qos: QoS
+    let kind: Kind
+    let state: Mutex<QueueState>
+    /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
+    let pausedCount = Atomic<Int>(0)
+
+    public init(label: String, qos: QoS = .unspecified, attributes: Attributes = [], target: WorkQueue? = nil) {
+        self.label = label
+        self.qos = qos
+        self.kind = attributes.contains(.concurrent) ? .concurrent : .serial
+        let resolvedTarget = target ?? WorkQueue.defaultTarget(for: qos)
+        let inactive = attributes.contains(.initiallyInactive)
+        state = Mutex(QueueState(target: resolvedTarget, isInactive: inactive,
+                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
+        if inactive { pausedCount.store(1, ordering: .relaxed) }
+    }
+
+    init(rootLabel: String, kind: Kind, qos: QoS) {
+        self.label = rootLabel
+        self.qos = qos
+        self.kind = kind
+        state = Mutex(QueueState(target: nil, isInactive: false, floor: .unspecified))
+    }
+
+    /// A plain queue targets the default global queue; a queue with a QoS targets the
+    /// global queue of its class.
+    static func defaultTarget(for qos: QoS) -> WorkQueue {
+        global(qos: qos.qosClass)
+    }
+
+    /// Rule 1 of QoS resolution: the queue's own QoS, else a global target's unless it is
+    /// the default one.
+    static func floor(ownQoS: QoS, target: WorkQueue?) -> QoS {
+        if !ownQoS.isUnspecified { return ownQoS }
+        if let target, case .root(let qosClass) = target.kind, qosClass != .default { return QoS(qosClass) }
+        return .unspecified
+    }
+
+    // MARK: Global and main queues
+
+    private static let roots: [WorkQueue] = QoS.QoSClass.schedulable.map { qosClass in
+        WorkQueue(rootLabel: "lull.global.\(qosClass.name)", kind: .root(qosClass), qos: QoS(qosClass))
+    }
+
+    /// The concurrent global queue of a QoS class (`unspecified` gives the default one).
+    public static func global(qos: QoS.QoSClass = .default) -> WorkQueue {
+        roots[qos.poolIndex]
+    }
+
+    private static let mainThreadRoot = WorkQueue(rootLabel: "lull.main-thread", kind: .mainThread, qos: .userInteractive)
+    private static let mainQueue = WorkQueue(label: "lull.main", qos: .unspecified, target: mainThreadRoot)
+
+    /// The serial queue drained by the thread that calls `runMain()`.
+    public static var main: WorkQueue { mainQueue }
+
+    /// Drains the main queue on the calling thread forever. Call it once, from any thread.
+    public static func runMain() -> Never {
+        MainThreadRunner.shared.run()
+    }
+
+    var isGlobal: Bool {
+        if case .root = kind { return true }
+        return false
+    }
+
+    var identity: ObjectIdentifier { ObjectIdentifier(self) }
+
+    // MARK: Submission
+
+    public func async(group: WorkGroup? = nil, qos: QoS = .unspecified, flags: WorkItemFlags = [],
+                      execute work: @escaping @Sendable () -> Void) {
+        var job = makeJob(.block(work), qos: qos, flags: flags)
+        if let group {
+            group.enter()
+            job.group = group
+        }
+        enqueue(job)
+    }
+
+    public func async(execute workItem: WorkItem) {
+        enqueue(makeJob(for: workItem))
+    }
+
+    public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
+                           execute work: @escaping @Sendable () -> Void) {
+        DelayedWork.shared.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
+    }
+
+    public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
+                           execute work: @escaping @Sendable () -> Void) {
+        DelayedWork.shared.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self,
+                                    at: wallDeadline.monotonicEquivalent())
+    }
+
+    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
+        DelayedWork.shared.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
+    }
+
+    /// A job for a block submitted now by the calling thread (its context and QoS travel).
+    func makeJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags) -> Job {
+        let thread = ThreadState.current
+        let detached = flags.contains(.detached)
+        return Job(work: work,
+                   qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.effectiveQoS),
+                   flags: flags,
+                   context: detached ? .empty : thread.context,
+                   group: nil)
+    }
+
+    func makeJob(for item: WorkItem) -> Job {
+        let thread = ThreadState.current
+        let submitter: QoS? = item.assignedContext == nil ? thread.effectiveQoS : nil
+        return Job(work: .item(item),
+                   qos: QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: submitter),
+                   flags: item.flags,
+                   context: item.runContext(submitter: thread.context),
+                   group: nil)
+    }
+
+    /// Delayed blocks are detached by default: no context, no QoS from the submitter.
+    private func makeDelayedJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags) -> Job {
+        Job(work: work, qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil),
+            flags: flags, context: .empty, group: nil)
+    }
+
+    private func makeDelayedJob(for item: WorkItem) -> Job {
+        Job(work: .item(item),
+            qos: QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil),
+            flags: item.flags, context: item.assignedContext ?? .empty, group: nil)
+    }
+
+    /// Puts a job on this queue (or, for a global queue, on the worker pool).
+    func enqueue(_ job: Job) {
+        switch kind {
+        case .root(let rootClass):
+            var job = job
+            let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)
+            job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
+            WorkerPool.shared.submit(job)
+        case .mainThread:
+            MainThreadRunner.shared.submit(job)
+        case .serial, .concurrent:
+            let request = state.withLock { state -> (WorkQueue, Job)? in
+                state.pending.append(job)
+                let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
+                if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
+                return state.drainRequestIfNeeded(for: self)
+            }
+            if let (target, token) = request { target.enqueue(token) }
+        }
+    }
+
+    // MARK: Suspension, activation, target
+
+    public func activate() {
+        guard !isGlobal, kind != .mainThread else { return }
+        let request = state.withLock { state -> (WorkQueue, Job)? in
+            guard state.isInactive else { return nil }
+            state.isInactive = false
+            pausedCount.subtract(1, ordering: .releasing)
+            return state.drainRequestIfNeeded(for: self)
+        }
+        if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// Suspends the queue after the block running now: counts, and needs a matching `resume`.
+    public func suspend() {
+        guard !isGlobal, kind != .mainThread else { return }
+        state.withLock { state in
+            state.suspendCount += 1
+            pausedCount.add(1, ordering: .releasing)
+        }
+    }
+
+    /// Undoes one `suspend`. On a never-activated queue with no suspension, activates it.
+    /// - Precondition: not more resumes than suspends ("over-resume" stops the program).
+    public func resume() {
+        guard !isGlobal, kind != .mainThread else { return }
+        let request = state.withLock { state -> (WorkQueue, Job)? in
+            if state.suspendCount == 0 {
+                if state.isInactive {
+                    state.isInactive = false
+                    pausedCount.subtract(1, ordering: .releasing)
+                    return state.drainRequestIfNeeded(for: self)
+                }
+                lullFatal("over-resume of WorkQueue '\(label)': resume() without a matching suspend()")
+            }
+            state.suspendCount -= 1
+            pausedCount.subtract(1, ordering: .releasing)
+            return state.suspendCount == 0 ? state.drainRequestIfNeeded(for: self) : nil
+        }
+        if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// Makes `queue` (nil: the default global queue for this queue's QoS) the target.
+    /// Blocks already handed to the old target finish there; later ones go to the new one.
+    /// - Precondition: no cycle, and not on a global queue.
+    public func setTarget(queue: WorkQueue?) {
+        guard !isGlobal, kind != .mainThread, self !== WorkQueue.mainQueue else {
+            lullFatal("setTarget(queue:) on the global or main queue '\(label)' is not allowed")
+        }
+        let newTarget = queue ?? WorkQueue.defaultTarget(for: qos)
+        var ancestor: WorkQueue? = newTarget
+        while let current = ancestor {
+            if current === self {
+                lullFatal("setTarget(queue:) on WorkQueue '\(label)' would make a cycle through '\(newTarget.label)'")
+            }
+            ancestor = current.state.withLock { $0.target }
+        }
+        state.withLock { state in
+            state.target = newTarget
+            state.floor = WorkQueue.floor(ownQoS: qos, target: newTarget)
+        }
+    }
+
+    var target: WorkQueue? {
+        state.withLock { $0.target }
+    }
+}
+
+extension WorkQueue: CustomDebugStringConvertible {
+    public var debugDescription: String {
+        let (target, suspended, inactive, floor) = state.withLock {
+            ($0.target?.label ?? "-", $0.suspendCount, $0.isInactive, $0.floor)
+        }
+        return "<WorkQueue '\(label)' \(kind) qos=\(floor) target=\(target) suspended=\(suspended) inactive=\(inactive)>"
+    }
+}

@@ -1,0 +1,65 @@
+import Synchronization
+
+/// `asyncAfter`: blocks waiting for a deadline, each with a window [deadline, deadline +
+/// leeway] in which it may run. The reactor's next-timer is armed at the earliest window end;
+/// when it fires, every block whose window is over runs.
+///
+/// The leeway is the contract's: 10% of the delay, at least 1 ms and at most 60 s.
+final class DelayedWork: Sendable {
+    static let shared = DelayedWork()
+
+    struct Entry {
+        let latest: UInt64
+        let sequence: UInt64
+        let queue: WorkQueue
+        let job: Job
+    }
+
+    private struct State {
+        var heap = BinaryHeap<Entry>(areInOrder: { lhs, rhs in
+            lhs.latest != rhs.latest ? lhs.latest < rhs.latest : lhs.sequence < rhs.sequence
+        })
+        var nextSequence: UInt64 = 0
+    }
+
+    private let state = Mutex<State>(State())
+
+    static func leeway(forDelay delay: UInt64) -> UInt64 {
+        min(max(delay / 10, 1_000_000), 60_000_000_000)
+    }
+
+    func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline) {
+        if deadline == .distantFuture { return }  // never due: Dispatch drops it too
+        let now = SystemClock.monotonicNanoseconds()
+        guard deadline.uptimeNanoseconds > now else {
+            queue.enqueue(job)
+            return
+        }
+        let delay = deadline.uptimeNanoseconds - now
+        let latest = deadline.uptimeNanoseconds.saturatingAdding(nanoseconds: Int64(DelayedWork.leeway(forDelay: delay)))
+        state.withLock { state in
+            let entry = Entry(latest: latest, sequence: state.nextSequence, queue: queue, job: job)
+            state.nextSequence += 1
+            let previousFirst = state.heap.first?.latest
+            state.heap.insert(entry)
+            if previousFirst == nil || latest < previousFirst! {
+                Reactor.shared.setTimer(latest)
+            }
+        }
+    }
+
+    /// Called by the reactor when the next-timer fires: runs what is due, re-arms.
+    func fire() {
+        let now = SystemClock.monotonicNanoseconds()
+        var due: [Entry] = []
+        state.withLock { state in
+            while let first = state.heap.first, first.latest <= now {
+                due.append(state.heap.popFirst()!)
+            }
+            Reactor.shared.setTimer(state.heap.first?.latest)
+        }
+        for entry in due {
+            entry.queue.enqueue(entry.job)
+        }
+    }
+}

@@ -1,0 +1,52 @@
+/// A growable ring buffer: O(1) append and pop at both ends, storage reused across drains.
+struct Fifo<Element> {
+    private var storage: ContiguousArray<Element?> = []
+    private var head = 0
+    private(set) var count = 0
+
+    init() {}
+
+    var isEmpty: Bool { count == 0 }
+
+    var first: Element? {
+        count == 0 ? nil : storage[head]
+    }
+
+    mutating func append(_ element: Element) {
+        if count == storage.count { grow() }
+        storage[(head + count) & (storage.count - 1)] = element
+        count += 1
+    }
+
+    mutating func prepend(_ element: Element) {
+        if count == storage.count { grow() }
+        head = (head - 1) & (storage.count - 1)
+        storage[head] = element
+        count += 1
+    }
+
+    mutating func popFirst() -> Element? {
+        guard count > 0 else { return nil }
+        let element = storage[head]
+        storage[head] = nil
+        head = (head + 1) & (storage.count - 1)
+        count -= 1
+        return element
+    }
+
+    mutating func removeAll() {
+        while popFirst() != nil {}
+    }
+
+    private mutating func grow() {
+        let newCapacity = Swift.max(16, storage.count * 2)
+        var newStorage = ContiguousArray<Element?>(repeating: nil, count: newCapacity)
+        for index in 0..<count {
+            newStorage[index] = storage[(head + index) & (storage.count - 1)]
+        }
+        storage = newStorage
+        head = 0
+    }
+}
+
+extension Fifo: Sendable where Element: Sendable {}

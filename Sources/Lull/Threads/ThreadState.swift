@@ -1,0 +1,96 @@
+import CLullShims
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What Lull knows about the calling thread: whether it is one of its workers, the QoS it
+/// runs at, the execution context of the block it runs, and which queues it holds.
+///
+/// One instance per thread, reached through a pthread key; it is only ever touched by its
+/// own thread, which is why it needs no locking and is not `Sendable`.
+final class ThreadState {
+    let tid: Int32
+    /// The worker-pool class this thread belongs to; nil for threads Lull did not create.
+    var workerClass: QoS.QoSClass?
+    /// The QoS whose scheduling parameters are in force on this thread.
+    var effectiveQoS: QoS
+    /// The nice value in force (tracked to skip redundant setpriority calls).
+    var niceValue: Int32
+    /// The QoS this thread has when it runs nothing (its class, or the foreign default).
+    let baseQoS: QoS
+    var context: ExecutionContext = .empty
+    /// Serial queues (and barrier-held concurrent queues) this thread holds, innermost last.
+    var heldQueues: [HeldQueue] = []
+    /// Set while this thread polls the reactor: work for its class may go to the inline slot.
+    var pollingClass: QoS.QoSClass?
+    var inlineSlot: Job?
+    /// A block that went to the inline slot ran this long last time (ns).
+    var lastInlineDuration: UInt64 = 0
+
+    private init(workerClass: QoS.QoSClass?) {
+        tid = lull_gettid()
+        self.workerClass = workerClass
+        if let workerClass {
+            baseQoS = QoS(workerClass)
+        } else {
+            // Darwin's main thread is user-interactive; other threads start at default.
+            baseQoS = tid == getpid() ? .userInteractive : .default
+        }
+        effectiveQoS = baseQoS
+        var nice: Int32 = 0
+        niceValue = lull_get_thread_nice(tid, &nice) == 0 ? nice : 0
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let result = pthread_key_create(&key) { pointer in
+            guard let pointer else { return }
+            Unmanaged<ThreadState>.fromOpaque(pointer).release()
+        }
+        guard result == 0 else { fatalError("Lull: pthread_key_create failed with \(result)") }
+        return key
+    }()
+
+    static var current: ThreadState {
+        if let pointer = pthread_getspecific(key) {
+            return Unmanaged<ThreadState>.fromOpaque(pointer).takeUnretainedValue()
+        }
+        return install(ThreadState(workerClass: nil))
+    }
+
+    /// Makes the calling thread a worker of `qosClass`.
+    static func installWorker(_ qosClass: QoS.QoSClass) -> ThreadState {
+        install(ThreadState(workerClass: qosClass))
+    }
+
+    private static func install(_ state: ThreadState) -> ThreadState {
+        if let old = pthread_getspecific(key) {
+            Unmanaged<ThreadState>.fromOpaque(old).release()
+        }
+        let result = pthread_setspecific(key, Unmanaged.passRetained(state).toOpaque())
+        precondition(result == 0, "Lull: pthread_setspecific failed with \(result)")
+        return state
+    }
+
+    /// Runs `body` with `qos` in force on this thread, moving the thread's nice value when
+    /// the process may move it back; restores everything afterwards.
+    func withQoS<T>(_ qos: QoS, _ body: () throws -> T) rethrows -> T {
+        let savedQoS = effectiveQoS
+        let savedNice = niceValue
+        if qos != savedQoS {
+            let wanted = ThreadPriority.niceValue(for: qos)
+            if wanted != niceValue && ThreadPriority.canRaise && lull_set_thread_nice(tid, wanted) == 0 {
+                niceValue = wanted
+            }
+            effectiveQoS = qos
+        }
+        defer {
+            if niceValue != savedNice {
+                _ = lull_set_thread_nice(tid, savedNice)
+                niceValue = savedNice
+            }
+            effectiveQoS = savedQoS
+        }
+        return try body()
+    }
+}

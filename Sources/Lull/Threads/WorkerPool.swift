@@ -1,0 +1,289 @@
+import CLullShims
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The QoS worker pool: one set of threads per QoS class, created on demand, retired after
+/// `idleTimeout` without work (one wake-up per thread, never a periodic one).
+///
+/// A thread's nice value and I/O class are set once, from its class, when it starts: an
+/// unprivileged process may lower a thread's priority but never raise it back, so threads
+/// are not shared between classes (the same choice Dispatch makes on Linux).
+///
+/// Concurrency per class is bounded by the CPU count. A worker that blocks in one of Lull's
+/// waits (`sync` on a busy queue, `WorkGroup.wait`, `WorkItem.wait`) stops counting, so that
+/// another thread may start; `threadCeiling` bounds the total.
+///
+/// Idle workers take turns polling the reactor (leader/followers): at most one polls at a
+/// time, and work that the events it receives produce for its own class goes to its
+/// *inline slot* and runs right after the poll on that same thread, without a hand-off.
+final class WorkerPool: Sendable {
+    static let shared = WorkerPool()
+
+    let cpuCount: Int
+    let threadCeiling: Int
+    let idleTimeout: Duration = .seconds(5)
+    /// An inline job that ran longer than this makes the next poll wake a follower first,
+    /// so that a slow handler does not hold up the reactor.
+    let longInlineNanoseconds: UInt64 = 1_000_000
+
+    let classes: [ClassPool]
+    private let totalThreads = Atomic<Int>(0)
+    /// True while a worker polls the reactor (the leader slot).
+    let pollerActive = Atomic<Bool>(false)
+    private let liveThreadIDs = Mutex<Set<Int32>>([])
+
+    private init() {
+        let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        cpuCount = max(1, online > 0 ? online : 1)
+        threadCeiling = max(64, cpuCount * 16)
+        classes = QoS.QoSClass.schedulable.map { ClassPool(qosClass: $0) }
+    }
+
+    /// The classes whose idle workers may poll the reactor: a poller at background
+    /// priority would make every event wait behind CPU-bound work.
+    private static let pollingClasses: [QoS.QoSClass] = [.default, .userInitiated, .userInteractive]
+
+    // MARK: Submitting work
+
+    /// Queues a job (already resolved to its QoS) on the pool of its class.
+    func submit(_ job: Job) {
+        let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
+        let thread = ThreadState.current
+        if thread.pollingClass == qosClass && thread.inlineSlot == nil {
+            thread.inlineSlot = job
+            return
+        }
+        let pool = classes[qosClass.poolIndex]
+        var spawn = false
+        let wake = pool.state.withLock { state -> Worker? in
+            state.jobs.append(job)
+            if let worker = state.idle.popLast() {
+                state.running += 1
+                return worker
+            }
+            if state.running < cpuCount && reserveThread() {
+                state.running += 1
+                state.threads += 1
+                spawn = true
+            }
+            return nil
+        }
+        wake?.parker.unpark()
+        if spawn { startWorker(in: pool) }
+    }
+
+    /// Runs `body`, a wait, with the calling worker counted as blocked rather than running,
+    /// so that its class may start another thread meanwhile.
+    func blocking<T>(_ body: () -> T) -> T {
+        guard let qosClass = ThreadState.current.workerClass else { return body() }
+        let pool = classes[qosClass.poolIndex]
+        var spawn = false
+        let wake = pool.state.withLock { state -> Worker? in
+            state.running -= 1
+            state.blocked += 1
+            guard !state.jobs.isEmpty else { return nil }
+            if let worker = state.idle.popLast() {
+                state.running += 1
+                return worker
+            }
+            if state.running < cpuCount && reserveThread() {
+                state.running += 1
+                state.threads += 1
+                spawn = true
+            }
+            return nil
+        }
+        wake?.parker.unpark()
+        if spawn { startWorker(in: pool) }
+        defer {
+            pool.state.withLock { state in
+                state.running += 1
+                state.blocked -= 1
+            }
+        }
+        return body()
+    }
+
+    /// Makes sure some worker polls the reactor: wakes an idle one or starts one.
+    func ensurePoller() {
+        if pollerActive.load(ordering: .acquiring) { return }
+        for qosClass in WorkerPool.pollingClasses {
+            let pool = classes[qosClass.poolIndex]
+            let claimed = pool.state.withLock { state -> Worker? in
+                guard let worker = state.idle.popLast() else { return nil }
+                state.running += 1
+                return worker
+            }
+            if let claimed {
+                claimed.parker.unpark()
+                return
+            }
+        }
+        let pool = classes[QoS.QoSClass.default.poolIndex]
+        let spawn = pool.state.withLock { state -> Bool in
+            guard reserveThread() else { return false }
+            state.running += 1
+            state.threads += 1
+            return true
+        }
+        if spawn { startWorker(in: pool) }
+    }
+
+    private func reserveThread() -> Bool {
+        var current = totalThreads.load(ordering: .relaxed)
+        while current < threadCeiling {
+            let (exchanged, original) = totalThreads.compareExchange(
+                expected: current, desired: current + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        RuntimeLog.once("thread-ceiling") {
+            "worker thread ceiling (\(threadCeiling) threads) reached: new work waits for a thread to become free"
+        }
+        return false
+    }
+
+    // MARK: Threads
+
+    private func startWorker(in pool: ClassPool) {
+        let worker = Worker(pool: pool)
+        var thread = pthread_t()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let context = Unmanaged.passRetained(worker).toOpaque()
+        let result = pthread_create(&thread, &attributes, { context in
+            let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
+            WorkerPool.shared.workerMain(worker)
+            return nil
+        }, context)
+        pthread_attr_destroy(&attributes)
+        if result != 0 {
+            Unmanaged<Worker>.fromOpaque(context).release()
+            pool.state.withLock { state in
+                state.running -= 1
+                state.threads -= 1
+            }
+            totalThreads.subtract(1, ordering: .relaxed)
+            RuntimeLog.warning("could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); its work waits for an existing thread")
+        }
+    }
+
+    private enum Next {
+        case job(Job)
+        case poll
+        case park
+    }
+
+    private func workerMain(_ worker: Worker) {
+        let pool = worker.pool
+        let thread = ThreadState.installWorker(pool.qosClass)
+        thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
+        _ = lull_set_thread_name(pool.threadName)
+        liveThreadIDs.withLock { _ = $0.insert(thread.tid) }
+        defer {
+            liveThreadIDs.withLock { _ = $0.remove(thread.tid) }
+            totalThreads.subtract(1, ordering: .relaxed)
+        }
+        let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
+        let reactor = Reactor.shared
+        while true {
+            let next = pool.state.withLock { state -> Next in
+                if let job = state.jobs.popFirst() { return .job(job) }
+                state.running -= 1
+                if mayPoll && reactor.needsPoller
+                    && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+                    return .poll
+                }
+                state.idle.append(worker)
+                return .park
+            }
+            switch next {
+            case .job(let job):
+                JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+            case .poll:
+                poll(reactor, thread: thread, pool: pool)
+            case .park:
+                if !parkUntilClaimed(worker, pool: pool) { return }
+            }
+        }
+    }
+
+    /// One turn as the leader: poll, give up the slot, then run the inline job, if any.
+    private func poll(_ reactor: Reactor, thread: ThreadState, pool: ClassPool) {
+        thread.pollingClass = pool.qosClass
+        reactor.pollOnce()
+        thread.pollingClass = nil
+        pollerActive.store(false, ordering: .releasing)
+        pool.state.withLock { $0.running += 1 }
+        guard let job = thread.inlineSlot else { return }
+        thread.inlineSlot = nil
+        if thread.lastInlineDuration > longInlineNanoseconds && reactor.needsPoller {
+            ensurePoller()
+        }
+        let start = SystemClock.monotonicNanoseconds()
+        JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        thread.lastInlineDuration = SystemClock.monotonicNanoseconds() &- start
+    }
+
+    /// Parks an idle worker until someone claims it (true) or it retires (false).
+    private func parkUntilClaimed(_ worker: Worker, pool: ClassPool) -> Bool {
+        while true {
+            let woken = worker.parker.park(until: .now() + idleTimeout)
+            let outcome = pool.state.withLock { state -> Bool? in
+                guard let index = state.idle.firstIndex(where: { $0 === worker }) else {
+                    return true  // claimed: whoever claimed it counted it as running
+                }
+                if woken { return nil }  // a stale permit: stay idle
+                state.idle.remove(at: index)
+                state.threads -= 1
+                return false
+            }
+            if let outcome { return outcome }
+        }
+    }
+
+    /// Kernel thread ids of the live workers (for diagnostics and tests).
+    func workerThreadIDs() -> Set<Int32> {
+        liveThreadIDs.withLock { $0 }
+    }
+}
+
+/// The workers and queued jobs of one QoS class.
+final class ClassPool: Sendable {
+    struct State {
+        var jobs = Fifo<Job>()
+        var idle: [Worker] = []
+        /// Workers running jobs or about to (claimed or starting), not blocked, not idle.
+        var running = 0
+        var threads = 0
+        var blocked = 0
+    }
+
+    let qosClass: QoS.QoSClass
+    let state = Mutex<State>(State())
+    let threadName: String
+
+    init(qosClass: QoS.QoSClass) {
+        self.qosClass = qosClass
+        threadName = switch qosClass {
+        case .background: "lull.background"
+        case .utility: "lull.utility"
+        case .default, .unspecified: "lull.default"
+        case .userInitiated: "lull.user-init"
+        case .userInteractive: "lull.user-inter"
+        }
+    }
+}
+
+/// One worker thread's parking spot.
+final class Worker: Sendable {
+    let parker = Parker()
+    let pool: ClassPool
+
+    init(pool: ClassPool) {
+        self.pool = pool
+    }
+}

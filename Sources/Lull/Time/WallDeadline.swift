@@ -1,0 +1,46 @@
+/// A point in time on the wall clock (`CLOCK_REALTIME`), in nanoseconds since the epoch.
+///
+/// Timers scheduled on a wall deadline follow changes of the system clock.
+public struct WallDeadline: Comparable, Hashable, Sendable {
+    /// Nanoseconds since 1970-01-01 00:00:00 UTC on `CLOCK_REALTIME`.
+    let nanosecondsSinceEpoch: UInt64
+
+    /// The current time on the wall clock.
+    public static func now() -> WallDeadline {
+        WallDeadline(nanosecondsSinceEpoch: SystemClock.realtimeNanoseconds())
+    }
+
+    /// A wall deadline that is never reached.
+    public static let distantFuture = WallDeadline(nanosecondsSinceEpoch: .max)
+
+    init(nanosecondsSinceEpoch: UInt64) {
+        self.nanosecondsSinceEpoch = nanosecondsSinceEpoch
+    }
+
+    public static func < (lhs: WallDeadline, rhs: WallDeadline) -> Bool {
+        lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch
+    }
+
+    public static func + (lhs: WallDeadline, rhs: Duration) -> WallDeadline {
+        if lhs == .distantFuture { return .distantFuture }
+        return WallDeadline(nanosecondsSinceEpoch: lhs.nanosecondsSinceEpoch.saturatingAdding(nanoseconds: rhs.saturatingNanoseconds))
+    }
+
+    /// The monotonic deadline that corresponds to this wall deadline at this instant.
+    /// A clock change after the conversion is not followed (the timers engine re-converts).
+    func monotonicEquivalent() -> Deadline {
+        if self == .distantFuture { return .distantFuture }
+        let wallNow = SystemClock.realtimeNanoseconds()
+        let monoNow = SystemClock.monotonicNanoseconds()
+        if nanosecondsSinceEpoch <= wallNow { return Deadline(uptimeNanoseconds: monoNow) }
+        let delta = nanosecondsSinceEpoch - wallNow
+        let (sum, overflow) = monoNow.addingReportingOverflow(delta)
+        return Deadline(uptimeNanoseconds: overflow ? .max : sum)
+    }
+}
+
+/// The result of a wait with a timeout.
+public enum WaitResult: Sendable {
+    case success
+    case timedOut
+}
