@@ -59,30 +59,39 @@ extension WorkQueue {
     }
 
     /// Runs blocks while other drains of the same queue may run too; barriers run alone.
+    ///
+    /// A concurrent queue counts only the drain requests still waiting on the target, and
+    /// keeps one waiting per pending block (up to its width): a drain stuck in a long or
+    /// blocking block then never holds up the blocks behind it, and the pool sees queued
+    /// work when all its threads are taken.
     private func drainConcurrent() {
         let thread = ThreadState.current
         let drainQoS = thread.effectiveQoS
         var ran = 0
+        var started = false
         var batch = Fifo<Job>()
         while true {
             let taken = state.withLock { state -> (floor: QoS, nested: Bool, barrier: Bool, more: (WorkQueue, Job)?)? in
+                if !started {
+                    started = true
+                    state.drainerFinished()
+                }
                 guard !state.isPaused, !state.barrierActive, let head = state.pending.first,
                       ran < WorkQueue.concurrentQuantum else {
-                    state.drainerFinished()
                     return nil
                 }
                 let nested = !(state.target?.isGlobal ?? true)
                 if head.isBarrier {
-                    guard state.inFlight == 0 else {
-                        state.drainerFinished()
-                        return nil
-                    }
+                    guard state.inFlight == 0 else { return nil }
                     batch.append(state.pending.popFirst()!)
                     state.barrierActive = true
                     state.inFlight = 1
                     return (state.floor, nested, true, nil)
                 }
-                while batch.count < WorkQueue.concurrentBatch, let next = state.pending.first, !next.isBarrier {
+                // Batches only pay off when blocks pile up; a few (perhaps blocking) blocks
+                // go one per drain so that they run in parallel.
+                let limit = state.pending.count >= 4 * WorkQueue.concurrentBatch ? WorkQueue.concurrentBatch : 1
+                while batch.count < limit, let next = state.pending.first, !next.isBarrier {
                     batch.append(state.pending.popFirst()!)
                 }
                 state.inFlight += batch.count

@@ -12,7 +12,8 @@ struct QueueState: Sendable {
     var inFlight = 0
     /// Concurrent: a barrier block (or barrier `sync`) runs.
     var barrierActive = false
-    /// Drain requests posted on the target or running.
+    /// Drain requests posted on the target: for a serial queue until they start or end, for a
+    /// concurrent queue until they start.
     var drainers = 0
     /// The highest class a posted drain request was posted at.
     var drainerClass: QoS.QoSClass = .unspecified
@@ -52,7 +53,7 @@ struct QueueState: Sendable {
         return (target, Job.drain(queue, at: wanted))
     }
 
-    /// Called by a drain request that starts or ends.
+    /// Called by a drain request that starts (concurrent) or ends (serial).
     mutating func drainerFinished() {
         drainers -= 1
         if drainers == 0 { drainerClass = .unspecified }

@@ -11,8 +11,14 @@ final class DelayedWork: Sendable {
     struct Entry {
         let latest: UInt64
         let sequence: UInt64
-        let queue: WorkQueue
-        let job: Job
+        let action: Action
+    }
+
+    enum Action {
+        /// A user's block: goes to its queue.
+        case enqueue(WorkQueue, Job)
+        /// Runtime housekeeping: runs on the polling thread itself, which must not block.
+        case direct(@Sendable () -> Void)
     }
 
     private struct State {
@@ -37,8 +43,17 @@ final class DelayedWork: Sendable {
         }
         let delay = deadline.uptimeNanoseconds - now
         let latest = deadline.uptimeNanoseconds.saturatingAdding(nanoseconds: Int64(DelayedWork.leeway(forDelay: delay)))
+        insert(latest: latest, action: .enqueue(queue, job))
+    }
+
+    /// Runs `action` on the polling thread once `deadline` (monotonic ns) has passed.
+    func scheduleHousekeeping(at deadline: UInt64, _ action: @escaping @Sendable () -> Void) {
+        insert(latest: deadline, action: .direct(action))
+    }
+
+    private func insert(latest: UInt64, action: Action) {
         state.withLock { state in
-            let entry = Entry(latest: latest, sequence: state.nextSequence, queue: queue, job: job)
+            let entry = Entry(latest: latest, sequence: state.nextSequence, action: action)
             state.nextSequence += 1
             let previousFirst = state.heap.first?.latest
             state.heap.insert(entry)
@@ -59,7 +74,10 @@ final class DelayedWork: Sendable {
             Reactor.shared.setTimer(state.heap.first?.latest)
         }
         for entry in due {
-            entry.queue.enqueue(entry.job)
+            switch entry.action {
+            case .enqueue(let queue, let job): queue.enqueue(job)
+            case .direct(let action): action()
+            }
         }
     }
 }

@@ -81,7 +81,9 @@ final class Reactor: Sendable {
                 }
             } else if armed != nil {
                 armed = nil
-                event_del(timerEvent)
+                // Never blocks: this runs on the polling thread (inside the timer callback)
+                // or with no callback of the timer running.
+                event_del_noblock(timerEvent)
                 removeInterest()
             }
         }

@@ -33,6 +33,9 @@ final class WorkerPool: Sendable {
     /// True while a worker polls the reactor (the leader slot).
     let pollerActive = Atomic<Bool>(false)
     private let liveThreadIDs = Mutex<Set<Int32>>([])
+    /// The kernel tid of the polling worker (0: none), so the stall check can skip it.
+    let pollerThreadID = Atomic<Int32>(0)
+    let stallMonitor = StallMonitor()
 
     private init() {
         let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
@@ -57,6 +60,7 @@ final class WorkerPool: Sendable {
         }
         let pool = classes[qosClass.poolIndex]
         var spawn = false
+        var saturated = false
         let wake = pool.state.withLock { state -> Worker? in
             state.jobs.append(job)
             if let worker = state.idle.popLast() {
@@ -67,11 +71,14 @@ final class WorkerPool: Sendable {
                 state.running += 1
                 state.threads += 1
                 spawn = true
+            } else {
+                saturated = true
             }
             return nil
         }
         wake?.parker.unpark()
         if spawn { startWorker(in: pool) }
+        if saturated { noteSaturated() }
     }
 
     /// Runs `body`, a wait, with the calling worker counted as blocked rather than running,
@@ -131,7 +138,7 @@ final class WorkerPool: Sendable {
         if spawn { startWorker(in: pool) }
     }
 
-    private func reserveThread() -> Bool {
+    func reserveThread() -> Bool {
         var current = totalThreads.load(ordering: .relaxed)
         while current < threadCeiling {
             let (exchanged, original) = totalThreads.compareExchange(
@@ -147,7 +154,7 @@ final class WorkerPool: Sendable {
 
     // MARK: Threads
 
-    private func startWorker(in pool: ClassPool) {
+    func startWorker(in pool: ClassPool) {
         let worker = Worker(pool: pool)
         var thread = pthread_t()
         var attributes = pthread_attr_t()
@@ -183,7 +190,9 @@ final class WorkerPool: Sendable {
         thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
         _ = lull_set_thread_name(pool.threadName)
         liveThreadIDs.withLock { _ = $0.insert(thread.tid) }
+        pool.state.withLock { _ = $0.threadIDs.insert(thread.tid) }
         defer {
+            pool.state.withLock { _ = $0.threadIDs.remove(thread.tid) }
             liveThreadIDs.withLock { _ = $0.remove(thread.tid) }
             totalThreads.subtract(1, ordering: .relaxed)
         }
@@ -214,7 +223,9 @@ final class WorkerPool: Sendable {
     /// One turn as the leader: poll, give up the slot, then run the inline job, if any.
     private func poll(_ reactor: Reactor, thread: ThreadState, pool: ClassPool) {
         thread.pollingClass = pool.qosClass
+        pollerThreadID.store(thread.tid, ordering: .releasing)
         reactor.pollOnce()
+        pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerActive.store(false, ordering: .releasing)
         pool.state.withLock { $0.running += 1 }
@@ -260,6 +271,7 @@ final class ClassPool: Sendable {
         var running = 0
         var threads = 0
         var blocked = 0
+        var threadIDs: Set<Int32> = []
     }
 
     let qosClass: QoS.QoSClass

@@ -1,0 +1,78 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Blocking work must not starve a class. Lull's own waits tell the pool when a worker
+/// blocks (`WorkerPool.blocking`); a block that sleeps or does blocking I/O on its own does
+/// not. So while a class has queued work and every thread it may run is taken, the pool
+/// looks again `interval` later, from the polling thread: workers the kernel reports as
+/// sleeping (`S` or `D` in /proc) that Lull does not know to be blocked are replaced by new
+/// threads, up to the pool's ceiling. Nothing runs while the pool is not saturated: the
+/// check is armed by a saturated submit, never by a clock.
+final class StallMonitor: Sendable {
+    static let interval: UInt64 = 50_000_000
+
+    private let armed = Atomic<Bool>(false)
+
+    func arm(_ check: @escaping @Sendable () -> Void) {
+        guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        DelayedWork.shared.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + StallMonitor.interval, check)
+    }
+
+    func disarm() {
+        armed.store(false, ordering: .releasing)
+    }
+
+    /// True when the kernel says the thread sleeps (interruptibly or not).
+    static func isSleeping(tid: Int32) -> Bool {
+        let path = "/proc/self/task/\(tid)/stat"
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 256) }
+        guard count > 0 else { return false }
+        // "tid (comm) S ...": the state follows the last ')', since comm may hold one.
+        guard let close = buffer[0..<count].lastIndex(of: UInt8(ascii: ")")), close + 2 < count else { return false }
+        let state = buffer[close + 2]
+        return state == UInt8(ascii: "S") || state == UInt8(ascii: "D")
+    }
+}
+
+extension WorkerPool {
+    /// Called when work was queued and no thread could take it.
+    func noteSaturated() {
+        stallMonitor.arm { WorkerPool.shared.checkForStalls() }
+    }
+
+    func checkForStalls() {
+        stallMonitor.disarm()
+        var stillSaturated = false
+        let pollerTid = pollerThreadID.load(ordering: .acquiring)
+        for pool in classes {
+            let snapshot = pool.state.withLock { state -> (tids: [Int32], knownBlocked: Int)? in
+                guard !state.jobs.isEmpty, state.idle.isEmpty, state.running >= cpuCount else { return nil }
+                return (Array(state.threadIDs), state.blocked)
+            }
+            guard let snapshot else { continue }
+            stillSaturated = true
+            let sleeping = snapshot.tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
+            let unknownBlocked = sleeping - snapshot.knownBlocked
+            guard unknownBlocked > 0 else { continue }
+            for _ in 0..<unknownBlocked {
+                let spawn = pool.state.withLock { state -> Bool in
+                    guard !state.jobs.isEmpty, reserveThread() else { return false }
+                    state.running += 1
+                    state.threads += 1
+                    return true
+                }
+                guard spawn else { break }
+                startWorker(in: pool)
+            }
+        }
+        if stillSaturated { noteSaturated() }
+    }
+}

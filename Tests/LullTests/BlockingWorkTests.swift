@@ -1,0 +1,47 @@
+import Synchronization
+import Testing
+@testable import Lull
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Blocks that block in the kernel on their own (not through Lull's waits) must not starve
+/// their class: the pool notices sleeping workers and starts more threads.
+@Suite struct BlockingWorkTests {
+    @Test func blocksThatSleepInTheKernelDoNotStarveTheirClass() throws {
+        var fds: [Int32] = [0, 0]
+        try #require(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let readEnd = fds[0]
+        // More blocks than the class may run at once: each waits in read() until all have started.
+        let count = WorkerPool.shared.cpuCount * 3
+        let started = Atomic<Int>(0)
+        let finished = Atomic<Int>(0)
+        let queue = WorkQueue(label: "blocking", qos: .utility, attributes: .concurrent)
+        for _ in 0..<count {
+            queue.async {
+                started.add(1, ordering: .relaxed)
+                var byte: UInt8 = 0
+                _ = read(readEnd, &byte, 1)
+                finished.add(1, ordering: .relaxed)
+            }
+        }
+        let allStarted = waitFor(seconds: 20) { started.load(ordering: .relaxed) == count }
+        // Release the readers whatever happened, so no thread stays stuck after the test.
+        let bytes = [UInt8](repeating: 1, count: count)
+        _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, count) }
+        #expect(allStarted, "only \(started.load(ordering: .relaxed)) of \(count) blocking blocks started")
+        #expect(waitFor(seconds: 20) { finished.load(ordering: .relaxed) == count })
+    }
+}
+
+/// Polls `condition` every millisecond until it holds or `seconds` pass.
+func waitFor(seconds: Int, _ condition: () -> Bool) -> Bool {
+    let deadline = Deadline.now() + .seconds(seconds)
+    while Deadline.now() < deadline {
+        if condition() { return true }
+        usleep(1_000)
+    }
+    return condition()
+}
