@@ -7,6 +7,15 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <linux/sockios.h>
 
 #define LULL_IOPRIO_CLASS_SHIFT 13
 #define LULL_IOPRIO_CLASS_IDLE 3
@@ -98,4 +107,131 @@ int lull_park(uint32_t *word, const struct timespec *deadline) {
 void lull_unpark(uint32_t *word) {
     if (__atomic_exchange_n(word, PARK_NOTIFIED, __ATOMIC_RELEASE) == PARK_PARKED)
         lull_futex_wake(word, 1);
+}
+
+// MARK: Signals
+
+static uint64_t lull_signal_counts[NSIG];
+static struct sigaction lull_signal_previous[NSIG];
+static volatile int lull_signal_notify_fd = -1;
+static int lull_signal_installed[NSIG];
+
+static int lull_signal_default_is_ignore(int signo) {
+    return signo == SIGCHLD || signo == SIGURG || signo == SIGWINCH || signo == SIGCONT;
+}
+
+static void lull_signal_forwarder(int signo, siginfo_t *info, void *context) {
+    int saved_errno = errno;
+    __atomic_add_fetch(&lull_signal_counts[signo], 1, __ATOMIC_RELAXED);
+    int fd = lull_signal_notify_fd;
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t ignored = write(fd, &one, sizeof one);
+        (void)ignored;
+    }
+    struct sigaction *previous = &lull_signal_previous[signo];
+    if (previous->sa_flags & SA_SIGINFO) {
+        if (previous->sa_sigaction) previous->sa_sigaction(signo, info, context);
+    } else if (previous->sa_handler != SIG_IGN && previous->sa_handler != SIG_DFL && previous->sa_handler) {
+        previous->sa_handler(signo);
+    }
+    errno = saved_errno;
+}
+
+int lull_signal_watch(int signo, int notify_fd) {
+    if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP) return -EINVAL;
+    lull_signal_notify_fd = notify_fd;
+    if (__atomic_load_n(&lull_signal_installed[signo], __ATOMIC_ACQUIRE)) return LULL_SIGNAL_FORWARDED;
+    struct sigaction current;
+    if (sigaction(signo, NULL, &current) != 0) return -errno;
+    int custom = (current.sa_flags & SA_SIGINFO) ? current.sa_sigaction != NULL
+                 : (current.sa_handler != SIG_IGN && current.sa_handler != SIG_DFL);
+    int ignored = !custom && !(current.sa_flags & SA_SIGINFO) &&
+                  (current.sa_handler == SIG_IGN || lull_signal_default_is_ignore(signo));
+    if (!custom && !ignored) return LULL_SIGNAL_DEFAULT_ACTION;
+    lull_signal_previous[signo] = current;
+    struct sigaction forward;
+    memset(&forward, 0, sizeof forward);
+    forward.sa_sigaction = lull_signal_forwarder;
+    forward.sa_flags = SA_SIGINFO | SA_RESTART | (current.sa_flags & SA_NOCLDSTOP);
+    sigemptyset(&forward.sa_mask);
+    if (sigaction(signo, &forward, NULL) != 0) return -errno;
+    __atomic_store_n(&lull_signal_installed[signo], 1, __ATOMIC_RELEASE);
+    return LULL_SIGNAL_FORWARDED;
+}
+
+uint64_t lull_signal_take(int signo) {
+    if (signo <= 0 || signo >= NSIG) return 0;
+    return __atomic_exchange_n(&lull_signal_counts[signo], 0, __ATOMIC_ACQ_REL);
+}
+
+int lull_signal_count(void) { return NSIG; }
+
+// MARK: Descriptors
+
+int lull_pidfd_open(int32_t pid) {
+    long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    return fd < 0 ? -errno : (int)fd;
+}
+
+int lull_eventfd(void) {
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+void lull_eventfd_drain(int fd) {
+    uint64_t value;
+    while (read(fd, &value, sizeof value) == sizeof value) {}
+}
+
+long lull_bytes_readable(int fd) {
+    int count = 0;
+    if (ioctl(fd, FIONREAD, &count) != 0) return -errno;
+    return count;
+}
+
+long lull_write_space(int fd) {
+    struct stat info;
+    if (fstat(fd, &info) != 0) return -errno;
+    if (S_ISSOCK(info.st_mode)) {
+        int buffer = 0, queued = 0;
+        socklen_t length = sizeof buffer;
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, &length) != 0) return 1;
+        if (ioctl(fd, SIOCOUTQ, &queued) != 0) queued = 0;
+        long space = (long)buffer - queued;
+        return space > 0 ? space : 1;
+    }
+    if (S_ISFIFO(info.st_mode)) {
+        int size = fcntl(fd, F_GETPIPE_SZ);
+        int queued = 0;
+        if (size <= 0) return 1;
+        if (ioctl(fd, FIONREAD, &queued) != 0) queued = 0;
+        long space = (long)size - queued;
+        return space > 0 ? space : 1;
+    }
+    return 1;
+}
+
+int lull_poll_now(int fd, short events) {
+    struct pollfd entry = { .fd = fd, .events = events, .revents = 0 };
+    int result = poll(&entry, 1, 0);
+    if (result < 0) return -errno;
+    return entry.revents;
+}
+
+int lull_fd_identity(int fd, uint64_t *device, uint64_t *inode, int *is_regular) {
+    struct stat info;
+    if (fstat(fd, &info) != 0) return errno;
+    *device = (uint64_t)info.st_dev;
+    *inode = (uint64_t)info.st_ino;
+    *is_regular = S_ISREG(info.st_mode) ? 1 : 0;
+    return 0;
+}
+
+long long lull_file_bytes_after_offset(int fd) {
+    struct stat info;
+    if (fstat(fd, &info) != 0) return -errno;
+    off_t offset = lseek(fd, 0, SEEK_CUR);
+    if (offset < 0) return -errno;
+    return info.st_size > offset ? (long long)(info.st_size - offset) : 0;
 }

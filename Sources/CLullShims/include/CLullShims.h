@@ -51,4 +51,45 @@ int lull_park(uint32_t *word, const struct timespec *deadline);
 /// Gives the permit; wakes the parked thread if there is one (a system call only then).
 void lull_unpark(uint32_t *word);
 
+// MARK: Signals
+
+/// How Lull observes a signal without taking its disposition away from the program.
+enum {
+    /// The disposition kills, stops or dumps the process: Lull leaves it alone (as on
+    /// Darwin, the default action happens).
+    LULL_SIGNAL_DEFAULT_ACTION = 0,
+    /// Lull installed its forwarder, which counts the signal and then does what the
+    /// previous disposition did (nothing for SIG_IGN or a default-ignored signal, or call
+    /// the program's handler).
+    LULL_SIGNAL_FORWARDED = 1,
+};
+
+/// Starts counting deliveries of signo; each one also writes to `notify_fd` (an eventfd).
+/// Returns LULL_SIGNAL_* (>= 0) or -errno.
+int lull_signal_watch(int signo, int notify_fd);
+/// Takes the number of deliveries of signo counted since the last call.
+uint64_t lull_signal_take(int signo);
+/// The number of signals (NSIG).
+int lull_signal_count(void);
+
+// MARK: Descriptors
+
+/// Opens a pidfd for pid (pidfd_open, O_CLOEXEC is implied). Returns the fd or -errno.
+int lull_pidfd_open(int32_t pid);
+/// Creates a non-blocking, close-on-exec eventfd. Returns the fd or -errno.
+int lull_eventfd(void);
+/// Reads and discards an eventfd's counter.
+void lull_eventfd_drain(int fd);
+
+/// Bytes readable now (FIONREAD), or -errno.
+long lull_bytes_readable(int fd);
+/// An estimate of the bytes that can be written now without blocking (> 0), or -errno.
+long lull_write_space(int fd);
+/// poll(2) with a zero timeout: the revents for `events`, or -errno.
+int lull_poll_now(int fd, short events);
+/// Identity of the open file behind fd: device and inode. Returns 0 or errno.
+int lull_fd_identity(int fd, uint64_t *device, uint64_t *inode, int *is_regular);
+/// For a regular file: size minus the current offset (>= 0), or -errno.
+long long lull_file_bytes_after_offset(int fd);
+
 #endif

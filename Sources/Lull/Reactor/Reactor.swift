@@ -50,6 +50,12 @@ final class Reactor: Sendable {
         timerEvent = timer
     }
 
+    /// A new libevent event on this base for a descriptor (callbacks go to the
+    /// descriptor callback with `context`).
+    func makeEvent(descriptor: Int32, what: Int16, context: UnsafeMutableRawPointer) -> OpaquePointer? {
+        event_new(base, descriptor, what, descriptorEventCallback, context)
+    }
+
     /// True while there is something to poll for.
     var needsPoller: Bool {
         interest.load(ordering: .acquiring) > 0
@@ -61,6 +67,9 @@ final class Reactor: Sendable {
         let result = event_base_loop(base, EVLOOP_ONCE)
         if result < 0 {
             RuntimeLog.once("loop-error") { "event_base_loop failed (\(result)); errno \(errno)" }
+        } else if result == 1 {
+            // libevent has nothing registered although the interest count says otherwise.
+            RuntimeLog.once("loop-empty") { "reactor polled with no registered events (interest \(interest.load(ordering: .relaxed)))" }
         }
     }
 

@@ -1,0 +1,149 @@
+import CLullShims
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Fires when its descriptor has data to read; `data` is the number of bytes readable now
+/// (0 at end of file or when the peer hung up). Level-triggered from the program's view:
+/// if data remains unread when the handler returns, the handler runs again.
+///
+/// On a regular file (which epoll cannot watch) it fires while the file offset is before
+/// the end, with `data` = bytes from the offset to the end, as kqueue does; it does not
+/// notice that the file grows (watch it with a file-system source for that).
+public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
+    init(descriptor: Int32, queue: WorkQueue?) {
+        super.init(core: SourceCore(kindName: "ReadSource", target: queue, merge: .readiness,
+                                    handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
+                                    driver: DescriptorDriver(descriptor: descriptor, forWriting: false)))
+    }
+}
+
+/// Fires when its descriptor can be written to; `data` estimates the free buffer space
+/// (> 0). Level-triggered: while writable, the handler keeps running — suspend the source
+/// when there is nothing to write.
+public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
+    init(descriptor: Int32, queue: WorkQueue?) {
+        super.init(core: SourceCore(kindName: "WriteSource", target: queue, merge: .readiness,
+                                    handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
+                                    driver: DescriptorDriver(descriptor: descriptor, forWriting: true)))
+    }
+}
+
+/// Watches one descriptor for a read or write source.
+final class DescriptorDriver: SourceDriver {
+    let descriptor: Int32
+    let forWriting: Bool
+    private let registration = Mutex<DescriptorRegistration?>(nil)
+    /// Regular files are always "ready" for epoll's purposes and cannot be registered:
+    /// their readiness is computed from the file offset instead.
+    private let isRegularFile = Atomic<Bool>(false)
+    private let identity = Mutex<DescriptorIdentity?>(nil)
+
+    init(descriptor: Int32, forWriting: Bool) {
+        self.descriptor = descriptor
+        self.forWriting = forWriting
+    }
+
+    func register(_ core: SourceCore) -> (any Error)? {
+        let subject = "\(core.label): descriptor \(descriptor)"
+        guard descriptor >= 0 else {
+            return EventSourceError(subject: subject, code: EBADF, reason: "negative descriptor")
+        }
+        guard let found = DescriptorIdentity(descriptor) else {
+            return EventSourceError(subject: subject, code: errno == 0 ? EBADF : errno)
+        }
+        identity.withLock { $0 = found }
+        if found.isRegularFile {
+            isRegularFile.store(true, ordering: .releasing)
+            core.merge(1)
+            return nil
+        }
+        DescriptorTable.shared.claim(descriptor, identity: found, for: core)
+        do throws(ReactorError) {
+            let registered = try Reactor.shared.register(descriptor: descriptor, forWriting: forWriting,
+                                                         handler: ReadinessForwarder(core: core))
+            registration.withLock { $0 = registered }
+            return nil
+        } catch {
+            DescriptorTable.shared.release(descriptor, for: core)
+            return EventSourceError(subject: subject, code: error.errno,
+                                    reason: "the reactor refused it: \(String(cString: strerror(error.errno)))")
+        }
+    }
+
+    func unregister(_ core: SourceCore) {
+        let registered = registration.withLock { current -> DescriptorRegistration? in
+            defer { current = nil }
+            return current
+        }
+        if let registered {
+            registered.remove()
+            DescriptorTable.shared.release(descriptor, for: core)
+        }
+    }
+
+    func dataForDelivery(_ core: SourceCore, merged: UInt) -> UInt? {
+        if isRegularFile.load(ordering: .acquiring) {
+            if forWriting { return 1 }
+            let remaining = lull_file_bytes_after_offset(descriptor)
+            return remaining > 0 ? UInt(remaining) : nil
+        }
+        if forWriting {
+            let revents = lull_poll_now(descriptor, Int16(POLLOUT))
+            guard revents > 0 else { return stale(core, revents) }
+            if revents & Int32(POLLOUT) == 0 { return 1 }  // error or hang-up: let the handler see it
+            let space = lull_write_space(descriptor)
+            return space > 0 ? UInt(space) : 1
+        }
+        let readable = lull_bytes_readable(descriptor)
+        if readable > 0 { return UInt(readable) }
+        // Nothing buffered: end of file, a hang-up, an error or a listening socket with a
+        // connection to accept all make the descriptor readable; otherwise the readiness
+        // went away (the handler already read it) and there is nothing to deliver.
+        let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
+        guard revents > 0 else { return stale(core, revents) }
+        return readable < 0 ? 1 : 0
+    }
+
+    /// Level semantics: re-signal when the condition still holds after the handler.
+    func handlerReturned(_ core: SourceCore) {
+        if isRegularFile.load(ordering: .acquiring) {
+            if forWriting || lull_file_bytes_after_offset(descriptor) > 0 { core.merge(1) }
+            return
+        }
+        if forWriting {
+            if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
+        } else {
+            let readable = lull_bytes_readable(descriptor)
+            if readable > 0 || (readable < 0 && lull_poll_now(descriptor, Int16(POLLIN)) & Int32(POLLIN) != 0) {
+                core.merge(1)
+            }
+        }
+    }
+
+    /// Nothing to deliver; if the descriptor turned out to be closed, cancel with the reason.
+    private func stale(_ core: SourceCore, _ revents: Int32) -> UInt? {
+        if revents == -EBADF || (revents > 0 && revents & Int32(POLLNVAL) != 0) {
+            core.fail(EventSourceError(subject: "\(core.label): descriptor \(descriptor)", code: EBADF,
+                                       reason: "the descriptor was closed while its source was registered"))
+        }
+        return nil
+    }
+}
+
+/// Forwards the reactor's readiness reports to a source (on the polling thread).
+final class ReadinessForwarder: ReactorEventHandler {
+    let core: SourceCore
+
+    init(core: SourceCore) {
+        self.core = core
+    }
+
+    func reactorEvent(readable: Bool, writable: Bool) {
+        core.merge(1)
+    }
+}
+
+/// POLLRDHUP (the peer shut down its writing side), which Glibc's Swift module lacks.
+private let pollReadHangUp: Int16 = 0x2000
