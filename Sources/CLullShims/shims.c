@@ -114,7 +114,6 @@ void lull_unpark(uint32_t *word) {
 static uint64_t lull_signal_counts[NSIG];
 static struct sigaction lull_signal_previous[NSIG];
 static volatile int lull_signal_notify_fd = -1;
-static int lull_signal_installed[NSIG];
 
 static int lull_signal_default_is_ignore(int signo) {
     return signo == SIGCHLD || signo == SIGURG || signo == SIGWINCH || signo == SIGCONT;
@@ -141,9 +140,11 @@ static void lull_signal_forwarder(int signo, siginfo_t *info, void *context) {
 int lull_signal_watch(int signo, int notify_fd) {
     if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP) return -EINVAL;
     lull_signal_notify_fd = notify_fd;
-    if (__atomic_load_n(&lull_signal_installed[signo], __ATOMIC_ACQUIRE)) return LULL_SIGNAL_FORWARDED;
     struct sigaction current;
     if (sigaction(signo, NULL, &current) != 0) return -errno;
+    // Still ours: nothing to do. (The program may have replaced the forwarder since; then
+    // what it set is the disposition to forward to now.)
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == lull_signal_forwarder) return LULL_SIGNAL_FORWARDED;
     int custom = (current.sa_flags & SA_SIGINFO) ? current.sa_sigaction != NULL
                  : (current.sa_handler != SIG_IGN && current.sa_handler != SIG_DFL);
     int ignored = !custom && !(current.sa_flags & SA_SIGINFO) &&
@@ -156,7 +157,6 @@ int lull_signal_watch(int signo, int notify_fd) {
     forward.sa_flags = SA_SIGINFO | SA_RESTART | (current.sa_flags & SA_NOCLDSTOP);
     sigemptyset(&forward.sa_mask);
     if (sigaction(signo, &forward, NULL) != 0) return -errno;
-    __atomic_store_n(&lull_signal_installed[signo], 1, __ATOMIC_RELEASE);
     return LULL_SIGNAL_FORWARDED;
 }
 
@@ -234,4 +234,29 @@ long long lull_file_bytes_after_offset(int fd) {
     off_t offset = lseek(fd, 0, SEEK_CUR);
     if (offset < 0) return -errno;
     return info.st_size > offset ? (long long)(info.st_size - offset) : 0;
+}
+
+// MARK: Locks
+
+void lull_lock_slow(uint32_t *word) {
+    for (int spin = 0; spin < 200; spin++) {
+        uint32_t expected = 0;
+        if (__atomic_load_n(word, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    }
+    // Mark the lock contended (2) and sleep until the holder hands it over.
+    while (__atomic_exchange_n(word, 2, __ATOMIC_ACQUIRE) != 0) {
+        lull_futex_wait(word, 2, NULL);
+    }
+}
+
+void lull_unlock_slow(uint32_t *word) {
+    // The word was 2: someone may sleep on it.
+    lull_futex_wake(word, 1);
 }

@@ -39,6 +39,9 @@ final class DescriptorDriver: SourceDriver {
     /// their readiness is computed from the file offset instead.
     private let isRegularFile = Atomic<Bool>(false)
     private let identity = Mutex<DescriptorIdentity?>(nil)
+    /// The end of file (or hang-up) was delivered (data 0): it is not delivered again until
+    /// new readiness is reported, so that a source left open at EOF does not spin.
+    private let endOfFileDelivered = Atomic<Bool>(false)
 
     init(descriptor: Int32, forWriting: Bool) {
         self.descriptor = descriptor
@@ -62,7 +65,7 @@ final class DescriptorDriver: SourceDriver {
         DescriptorTable.shared.claim(descriptor, identity: found, for: core)
         do throws(ReactorError) {
             let registered = try Reactor.shared.register(descriptor: descriptor, forWriting: forWriting,
-                                                         handler: ReadinessForwarder(core: core))
+                                                         handler: ReadinessForwarder(core: core, driver: self))
             registration.withLock { $0 = registered }
             return nil
         } catch {
@@ -103,7 +106,9 @@ final class DescriptorDriver: SourceDriver {
         // went away (the handler already read it) and there is nothing to deliver.
         let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
         guard revents > 0 else { return stale(core, revents) }
-        return readable < 0 ? 1 : 0
+        if readable < 0 { return 1 }
+        endOfFileDelivered.store(true, ordering: .releasing)
+        return 0
     }
 
     /// Level semantics: re-signal when the condition still holds after the handler.
@@ -116,7 +121,13 @@ final class DescriptorDriver: SourceDriver {
             if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
         } else {
             let readable = lull_bytes_readable(descriptor)
-            if readable > 0 || (readable < 0 && lull_poll_now(descriptor, Int16(POLLIN)) & Int32(POLLIN) != 0) {
+            if readable > 0 {
+                core.merge(1)
+            } else if readable < 0 {
+                if lull_poll_now(descriptor, Int16(POLLIN)) & Int32(POLLIN) != 0 { core.merge(1) }
+            } else if !endOfFileDelivered.load(ordering: .acquiring),
+                      lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp) > 0 {
+                // The hang-up came with the data just read (one edge for both): deliver it.
                 core.merge(1)
             }
         }
@@ -135,13 +146,23 @@ final class DescriptorDriver: SourceDriver {
 /// Forwards the reactor's readiness reports to a source (on the polling thread).
 final class ReadinessForwarder: ReactorEventHandler {
     let core: SourceCore
+    let driver: DescriptorDriver
 
-    init(core: SourceCore) {
+    init(core: SourceCore, driver: DescriptorDriver) {
         self.core = core
+        self.driver = driver
     }
 
     func reactorEvent(readable: Bool, writable: Bool) {
+        driver.readinessReported()
         core.merge(1)
+    }
+}
+
+extension DescriptorDriver {
+    /// New readiness from the reactor: an end of file may be reported again after it.
+    func readinessReported() {
+        endOfFileDelivered.store(false, ordering: .releasing)
     }
 }
 

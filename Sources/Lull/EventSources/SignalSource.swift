@@ -78,6 +78,8 @@ final class SignalHub: ReactorEventHandler {
                     "\(subject): the signal's disposition is its default action, which ends or stops the process; set it to SIG_IGN before activating the source, as with Dispatch"
                 }
             }
+            // Deliveries counted while no source watched this signal belong to nobody.
+            if state.sources[signal, default: []].isEmpty { _ = lull_signal_take(signal) }
             state.sources[signal, default: []].append(core)
             return nil
         }

@@ -12,8 +12,7 @@ import Synchronization
 /// beyond the first. The delivery takes the merged value and runs the handler with it.
 final class SourceCore: Sendable {
     let kindName: String
-    /// "<kind> on '<target label>'": how messages name the source.
-    let label: String
+    let target: WorkQueue
     let queue: WorkQueue
     let mergeRule: SourceMerge
     let handle: UInt
@@ -37,6 +36,9 @@ final class SourceCore: Sendable {
         var registrationError: (any Error)?
     }
 
+    /// "<kind> on '<target label>'": how messages name the source (built only when needed).
+    var label: String { "\(kindName) on '\(target.label)'" }
+
     enum HandlerSlot {
         case event, cancel, registration
     }
@@ -44,8 +46,9 @@ final class SourceCore: Sendable {
     init(kindName: String, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
         let target = target ?? WorkQueue.global()
         self.kindName = kindName
-        self.label = "\(kindName) on '\(target.label)'"
-        self.queue = WorkQueue(label: label, attributes: .initiallyInactive, target: target)
+        self.target = target
+        // The kind name is a literal: no string is allocated per source.
+        self.queue = WorkQueue(label: kindName, attributes: .initiallyInactive, target: target)
         self.mergeRule = merge
         self.handle = handle
         self.mask = mask

@@ -29,15 +29,17 @@ extension WorkQueue {
 
 /// The iterations of one `concurrentPerform` and the helpers taking part.
 ///
-/// `@unchecked Sendable` is sound: `work` is the caller's non-escaping closure, called only
+/// `@unchecked Sendable` is sound: `work` is the caller's non-escaping closure, read only
 /// by helpers between a successful `enter()` and their `leave()`; `closeAndWait()` forbids
-/// new entries and returns only after every entered helper has left, so no call outlives the
-/// caller's frame. Each index is claimed exactly once through the atomic counter.
+/// new entries, waits until every entered helper has left, and only then clears `work` —
+/// so no call outlives the caller's frame and helpers still queued in the pool (which will
+/// find the state closed) hold no reference to the closure. Each index is claimed exactly
+/// once through the atomic counter.
 private final class ConcurrentPerformState: @unchecked Sendable {
     private static let closedBit = 1 << 62
 
     private let iterations: Int
-    private let work: (Int) -> Void
+    private var work: ((Int) -> Void)?
     private let nextIndex = Atomic<Int>(0)
     private let participants = Atomic<Int>(0)
     private let allLeft = Parker()
@@ -49,13 +51,21 @@ private final class ConcurrentPerformState: @unchecked Sendable {
 
     func help() {
         guard enter() else { return }
+        runIterations()
+        if participants.subtract(1, ordering: .acquiringAndReleasing).newValue == ConcurrentPerformState.closedBit {
+            allLeft.unpark()
+        }
+    }
+
+    /// A frame of its own, so that the local reference to `work` is gone before `help`
+    /// announces that it left.
+    @inline(never)
+    private func runIterations() {
+        guard let work else { return }
         while true {
             let index = nextIndex.wrappingAdd(1, ordering: .relaxed).oldValue
             if index >= iterations { break }
             work(index)
-        }
-        if participants.subtract(1, ordering: .acquiringAndReleasing).newValue == ConcurrentPerformState.closedBit {
-            allLeft.unpark()
         }
     }
 
@@ -75,5 +85,6 @@ private final class ConcurrentPerformState: @unchecked Sendable {
         if before & ~ConcurrentPerformState.closedBit != 0 {
             WorkerPool.shared.blocking { allLeft.park() }
         }
+        work = nil
     }
 }

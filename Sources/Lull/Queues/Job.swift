@@ -16,6 +16,9 @@ struct Job: Sendable {
     var flags: WorkItemFlags
     var context: ExecutionContext
     var group: WorkGroup?
+    /// Set on a block a concurrent queue forwarded straight to its global target: it still
+    /// counts as running on that queue (for barriers and suspension).
+    var owner: WorkQueue? = nil
 
     var isBarrier: Bool {
         if flags.contains(.barrier) { return true }

@@ -6,6 +6,10 @@ enum JobRunner {
     ///   - drainQoS: the QoS of the drain running the job, nil on a global queue. Blocks
     ///     never run below it: that is how an override shows in `QoS.current`.
     static func run(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+        if let owner = job.owner {
+            owner.runForwarded(job, thread: thread)
+            return
+        }
         switch job.work {
         case .block(let block):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
@@ -24,9 +28,11 @@ enum JobRunner {
         job.group?.leave()
     }
 
+    /// The block's own QoS, unless the drain runs at a higher class (an override).
+    /// Inside its class a block keeps its relative priority.
     private static func runQoS(_ job: Job, floor: QoS, drainQoS: QoS?) -> QoS {
         let qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
-        guard let drainQoS else { return qos }
-        return QoS.maximum(qos, drainQoS)
+        guard let drainQoS, drainQoS.qosClass > qos.qosClass else { return qos }
+        return drainQoS
     }
 }

@@ -4,7 +4,7 @@ import Synchronization
 final class MainThreadRunner: Sendable {
     static let shared = MainThreadRunner()
 
-    private let jobs = Mutex<Fifo<Job>>(Fifo())
+    private let jobs = SpinFutexLock<Fifo<Job>>(Fifo())
     private let parker = Parker()
     private let started = Atomic<Bool>(false)
 

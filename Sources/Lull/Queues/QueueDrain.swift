@@ -3,6 +3,8 @@
 extension WorkQueue {
     /// Blocks a concurrent drain takes per lock acquisition.
     private static let concurrentBatch = 16
+    /// Blocks a serial drain runs before it yields its thread to other queues.
+    static let serialQuantum = 1_024
     /// Blocks a concurrent drain runs before it yields its thread to other queues.
     private static let concurrentQuantum = 64
 
@@ -24,6 +26,7 @@ extension WorkQueue {
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
             swap(&batch, &state.pending)
+            swap(&state.pending, &state.spare)
             state.pendingMaxClass = .unspecified
             return (state.floor, !(state.target?.isGlobal ?? true))
         }
@@ -32,24 +35,41 @@ extension WorkQueue {
         let drainQoS = thread.effectiveQoS
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
         var handedOff: SyncWaiter?
-        while let job = batch.popFirst() {
-            if case .syncWaiter(let waiter) = job.work {
-                if nested {
-                    // The targets this drain holds must stay held while the caller runs.
-                    waiter.grant(drainerWaits: true)
-                    WorkerPool.shared.blocking { waiter.awaitFinish() }
+        var ran = 0
+        while true {
+            while let job = batch.popFirst() {
+                if case .syncWaiter(let waiter) = job.work {
+                    if nested {
+                        // The targets this drain holds must stay held while the caller runs.
+                        waiter.grant(drainerWaits: true)
+                        WorkerPool.shared.blocking { waiter.awaitFinish() }
+                    } else {
+                        handedOff = waiter
+                        break
+                    }
                 } else {
-                    handedOff = waiter
-                    break
+                    JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
                 }
-            } else {
-                JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
+                ran += 1
+                if pausedCount.load(ordering: .acquiring) > 0 { break }
             }
-            if pausedCount.load(ordering: .acquiring) > 0 { break }
+            // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
+            // producer feeding the queue does not cost a drain request per batch.
+            guard handedOff == nil, batch.isEmpty, ran < WorkQueue.serialQuantum else { break }
+            let more = state.withLock { state -> Bool in
+                guard !state.isPaused, !state.pending.isEmpty else { return false }
+                swap(&batch, &state.pending)
+                state.pendingMaxClass = .unspecified
+                return true
+            }
+            if !more { break }
         }
         thread.heldQueues.removeLast()
         let request = state.withLock { state -> (WorkQueue, Job)? in
             state.putBack(&batch)
+            if batch.isEmpty && batch.capacity >= QueueState.spareMinimumCapacity {
+                swap(&state.spare, &batch)
+            }
             // Handing off keeps the queue owned: the `sync` caller releases it.
             if handedOff == nil { state.isOwned = false }
             return state.drainRequestIfNeeded(for: self)
@@ -131,6 +151,34 @@ extension WorkQueue {
         // Leaving (quantum used up, paused, or waiting for a barrier): make sure someone
         // comes back for what is left.
         let request = state.withLock { $0.drainRequestIfNeeded(for: self) }
+        if let (target, token) = request { target.enqueue(token) }
+    }
+}
+
+extension WorkQueue {
+    /// Runs a block this concurrent queue forwarded to its global target — unless the queue
+    /// was suspended since, in which case the block goes back to wait in the queue.
+    func runForwarded(_ job: Job, thread: ThreadState) {
+        var job = job
+        job.owner = nil
+        if pausedCount.load(ordering: .acquiring) > 0 {
+            let request = state.withLock { state -> (WorkQueue, Job)? in
+                state.inFlight -= 1
+                state.pending.prepend(job)
+                if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
+                return state.drainRequestIfNeeded(for: self)
+            }
+            if let (target, token) = request { target.enqueue(token) }
+            return
+        }
+        thread.heldQueues.append(HeldQueue(id: identity, exclusive: false))
+        JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        thread.heldQueues.removeLast()
+        // A barrier may be waiting for the last running block.
+        let request = state.withLock { state -> (WorkQueue, Job)? in
+            state.inFlight -= 1
+            return state.inFlight == 0 ? state.drainRequestIfNeeded(for: self) : nil
+        }
         if let (target, token) = request { target.enqueue(token) }
     }
 }

@@ -1,6 +1,11 @@
 /// The mutable state of a serial or concurrent queue, guarded by the queue's mutex.
 struct QueueState: Sendable {
     var pending = Fifo<Job>()
+    /// An emptied batch buffer a busy serial queue keeps, so that its producer does not
+    /// grow a new buffer after every drain. Small buffers are not kept: idle queues (one per
+    /// source) stay small.
+    var spare = Fifo<Job>()
+    static let spareMinimumCapacity = 64
     var target: WorkQueue?
     var isInactive: Bool
     var suspendCount = 0

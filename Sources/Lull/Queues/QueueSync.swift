@@ -24,24 +24,36 @@ extension WorkQueue {
         case .serial, .concurrent:
             break
         }
-        if target?.kind == .mainThread {
-            return try syncOnMainThread(qos: qos, context: context, work)
-        }
-        if let chain = tryAcquireChain(barrier: barrier) {
-            for (queue, exclusive) in chain {
-                thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
-            }
+        let exclusive = kind == .serial || barrier
+        switch tryAcquireDirect(exclusive: exclusive) {
+        case .acquired:
+            // The common case, a free queue right on a global queue: no hand-off, no list.
+            thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
             defer {
-                thread.heldQueues.removeLast(chain.count)
-                for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
+                thread.heldQueues.removeLast()
+                releaseSync(exclusive: exclusive)
             }
             return try runBody(work, thread: thread, context: context, qos: qos)
+        case .mainThread:
+            return try syncOnMainThread(qos: qos, context: context, work)
+        case .nested:
+            if let chain = tryAcquireChain(barrier: barrier) {
+                for (queue, exclusive) in chain {
+                    thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
+                }
+                defer {
+                    thread.heldQueues.removeLast(chain.count)
+                    for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
+                }
+                return try runBody(work, thread: thread, context: context, qos: qos)
+            }
+        case .busy:
+            break
         }
         let waiter = SyncWaiter(isBarrier: barrier || kind == .serial)
         enqueue(Job(work: .syncWaiter(waiter), qos: QoSResolution.propagated(itemQoS: qos, flags: [], submitter: nil),
                     flags: barrier ? .barrier : [], context: .empty, group: nil))
         waiter.awaitGrant()
-        let exclusive = kind == .serial || barrier
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
         defer {
             thread.heldQueues.removeLast()
@@ -56,10 +68,47 @@ extension WorkQueue {
 
     private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
                             qos: QoS) rethrows -> T {
+        // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
+        if context.activity === thread.context.activity && qos == thread.effectiveQoS {
+            return try work()
+        }
         let saved = thread.context
         thread.context = context
         defer { thread.context = saved }
         return try thread.withQoS(qos) { try work() }
+    }
+
+    private enum DirectAcquisition {
+        case acquired, busy, nested, mainThread
+    }
+
+    /// One lock: takes the queue when it is free and sits right on a global queue; otherwise
+    /// says what kind of path `sync` needs.
+    private func tryAcquireDirect(exclusive: Bool) -> DirectAcquisition {
+        state.withLock { state in
+            guard let target = state.target else { return .busy }
+            switch target.kind {
+            case .mainThread: return .mainThread
+            case .serial, .concurrent: return .nested
+            case .root: break
+            }
+            guard !state.isPaused, state.pending.isEmpty else { return .busy }
+            switch kind {
+            case .serial:
+                guard !state.isOwned else { return .busy }
+                state.isOwned = true
+            case .concurrent:
+                guard !state.barrierActive else { return .busy }
+                if exclusive {
+                    guard state.inFlight == 0 else { return .busy }
+                    state.barrierActive = true
+                }
+                state.inFlight += 1
+            case .root, .mainThread:
+                break
+            }
+            return .acquired
+        }
     }
 
     /// `sync` onto a queue this thread already holds exclusively can never proceed.

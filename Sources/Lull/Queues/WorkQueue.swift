@@ -29,7 +29,7 @@ public final class WorkQueue: Sendable {
     public let label: String
     public let qos: QoS
     let kind: Kind
-    let state: Mutex<QueueState>
+    let state: SpinFutexLock<QueueState>
     /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
     let pausedCount = Atomic<Int>(0)
 
@@ -39,7 +39,7 @@ public final class WorkQueue: Sendable {
         self.kind = attributes.contains(.concurrent) ? .concurrent : .serial
         let resolvedTarget = target ?? WorkQueue.defaultTarget(for: qos)
         let inactive = attributes.contains(.initiallyInactive)
-        state = Mutex(QueueState(target: resolvedTarget, isInactive: inactive,
+        state = SpinFutexLock(QueueState(target: resolvedTarget, isInactive: inactive,
                                  floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
@@ -48,7 +48,7 @@ public final class WorkQueue: Sendable {
         self.label = rootLabel
         self.qos = qos
         self.kind = kind
-        state = Mutex(QueueState(target: nil, isInactive: false, floor: .unspecified))
+        state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
     }
 
     /// A plain queue targets the default global queue; a queue with a QoS targets the
@@ -58,11 +58,16 @@ public final class WorkQueue: Sendable {
     }
 
     /// Rule 1 of QoS resolution: the queue's own QoS, else a global target's unless it is
-    /// the default one.
+    /// the default one, else what its (non-global) target imposes — a queue without a QoS of
+    /// its own takes its hierarchy's, as in Dispatch. Computed when the target is set.
     static func floor(ownQoS: QoS, target: WorkQueue?) -> QoS {
         if !ownQoS.isUnspecified { return ownQoS }
-        if let target, case .root(let qosClass) = target.kind, qosClass != .default { return QoS(qosClass) }
-        return .unspecified
+        guard let target else { return .unspecified }
+        switch target.kind {
+        case .root(let qosClass): return qosClass == .default ? .unspecified : QoS(qosClass)
+        case .mainThread: return .unspecified
+        case .serial, .concurrent: return target.state.withLock { $0.floor }
+        }
     }
 
     // MARK: Global and main queues
@@ -163,12 +168,33 @@ public final class WorkQueue: Sendable {
         switch kind {
         case .root(let rootClass):
             var job = job
-            let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)
-            job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
+            // A block a concurrent queue forwards was resolved there already.
+            if job.owner == nil {
+                let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)
+                job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
+            }
             WorkerPool.shared.submit(job)
         case .mainThread:
             MainThreadRunner.shared.submit(job)
-        case .serial, .concurrent:
+        case .concurrent:
+            var forwarded = job
+            let request = state.withLock { state -> (WorkQueue, Job)? in
+                // Nothing in the way (no barrier, no suspension, nothing queued): the block
+                // goes straight to the global target, still counted as running here.
+                if state.pending.isEmpty, !state.isPaused, !state.barrierActive, !job.isBarrier,
+                   let target = state.target, target.isGlobal {
+                    state.inFlight += 1
+                    forwarded.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor)
+                    forwarded.owner = self
+                    return (target, forwarded)
+                }
+                state.pending.append(job)
+                let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
+                if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
+                return state.drainRequestIfNeeded(for: self)
+            }
+            if let (target, token) = request { target.enqueue(token) }
+        case .serial:
             let request = state.withLock { state -> (WorkQueue, Job)? in
                 state.pending.append(job)
                 let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass

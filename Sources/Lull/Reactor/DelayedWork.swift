@@ -8,11 +8,6 @@ import Synchronization
 final class DelayedWork: Sendable {
     static let shared = DelayedWork()
 
-    struct Entry {
-        let latest: UInt64
-        let sequence: UInt64
-        let action: Action
-    }
 
     enum Action {
         /// A user's block: goes to its queue.
@@ -22,9 +17,7 @@ final class DelayedWork: Sendable {
     }
 
     private struct State {
-        var heap = BinaryHeap<Entry>(areInOrder: { lhs, rhs in
-            lhs.latest != rhs.latest ? lhs.latest < rhs.latest : lhs.sequence < rhs.sequence
-        })
+        var heap = BinaryHeap<TimeKey, Action>()
         var nextSequence: UInt64 = 0
     }
 
@@ -53,10 +46,9 @@ final class DelayedWork: Sendable {
 
     private func insert(latest: UInt64, action: Action) {
         state.withLock { state in
-            let entry = Entry(latest: latest, sequence: state.nextSequence, action: action)
+            let previousFirst = state.heap.firstKey?.time
+            state.heap.insert(action, key: TimeKey(time: latest, sequence: state.nextSequence))
             state.nextSequence += 1
-            let previousFirst = state.heap.first?.latest
-            state.heap.insert(entry)
             if previousFirst == nil || latest < previousFirst! {
                 Reactor.shared.setTimer(latest)
             }
@@ -66,15 +58,15 @@ final class DelayedWork: Sendable {
     /// Called by the reactor when the next-timer fires: runs what is due, re-arms.
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
-        var due: [Entry] = []
+        var due: [Action] = []
         state.withLock { state in
-            while let first = state.heap.first, first.latest <= now {
+            while let first = state.heap.firstKey, first.time <= now {
                 due.append(state.heap.popFirst()!)
             }
-            Reactor.shared.setTimer(state.heap.first?.latest)
+            Reactor.shared.setTimer(state.heap.firstKey?.time)
         }
-        for entry in due {
-            switch entry.action {
+        for action in due {
+            switch action {
             case .enqueue(let queue, let job): queue.enqueue(job)
             case .direct(let action): action()
             }

@@ -81,16 +81,15 @@ extension Reactor {
             box.release()
             throw ReactorError(descriptor: descriptor, errno: ENOMEM)
         }
-        // Count the interest first: a poller must exist by the time the event can fire.
-        addInterest()
         errno = 0
         if event_add(event, nil) != 0 {
             let failure = errno == 0 ? EINVAL : errno
             event_free(event)
             box.release()
-            removeInterest()
             throw ReactorError(descriptor: descriptor, errno: failure)
         }
+        // Counted after the add, so that a poller woken by the count finds the event.
+        addInterest()
         return DescriptorRegistration(event: event, handler: box, descriptor: descriptor)
     }
 }

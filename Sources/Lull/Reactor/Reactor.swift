@@ -83,11 +83,13 @@ final class Reactor: Sendable {
                 // Round up to whole microseconds: never earlier than asked.
                 let micros = (delta + 999) / 1000
                 var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
-                if armed == nil { addInterest() }
+                let wasArmed = armed != nil
                 armed = deadline
                 if event_add(timerEvent, &timeout) != 0 {
                     RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
                 }
+                // Counted after the add, so that a poller woken by the count finds the event.
+                if !wasArmed { addInterest() }
             } else if armed != nil {
                 armed = nil
                 // Never blocks: this runs on the polling thread (inside the timer callback)
@@ -99,11 +101,16 @@ final class Reactor: Sendable {
     }
 
     private func timerCallback() {
-        let wasArmed = armedTimer.withLock { armed -> Bool in
-            defer { armed = nil }
-            return armed != nil
+        let disarmed = armedTimer.withLock { armed -> Bool in
+            // Another thread may have re-armed the timer between its expiry and this
+            // callback: then it is still pending and still counts.
+            guard let timerEvent, armed != nil, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {
+                return false
+            }
+            armed = nil
+            return true
         }
-        if wasArmed { removeInterest() }
+        if disarmed { removeInterest() }
         timerFired()
     }
 

@@ -1,42 +1,62 @@
-/// A binary min-heap ordered by a caller-given predicate.
-struct BinaryHeap<Element> {
-    private var storage: [Element] = []
-    private let areInOrder: (Element, Element) -> Bool
+/// A binary min-heap of payloads ordered by a separate key.
+///
+/// Keys live in their own array so that sifting compares plain values: comparing whole
+/// payloads (which hold references) would retain and release on every comparison.
+struct BinaryHeap<Key: Comparable, Payload> {
+    private var keys: [Key] = []
+    private var payloads: [Payload] = []
 
-    init(areInOrder: @escaping (Element, Element) -> Bool) {
-        self.areInOrder = areInOrder
-    }
+    init() {}
 
-    var count: Int { storage.count }
-    var isEmpty: Bool { storage.isEmpty }
-    var first: Element? { storage.first }
+    var count: Int { keys.count }
+    var isEmpty: Bool { keys.isEmpty }
+    var firstKey: Key? { keys.first }
+    var first: Payload? { payloads.first }
 
-    mutating func insert(_ element: Element) {
-        storage.append(element)
-        var child = storage.count - 1
+    mutating func insert(_ payload: Payload, key: Key) {
+        keys.append(key)
+        payloads.append(payload)
+        var child = keys.count - 1
         while child > 0 {
             let parent = (child - 1) / 2
-            guard areInOrder(storage[child], storage[parent]) else { break }
-            storage.swapAt(child, parent)
+            guard keys[child] < keys[parent] else { break }
+            swapAt(child, parent)
             child = parent
         }
     }
 
-    mutating func popFirst() -> Element? {
-        guard !storage.isEmpty else { return nil }
-        storage.swapAt(0, storage.count - 1)
-        let first = storage.removeLast()
+    mutating func popFirst() -> Payload? {
+        guard !keys.isEmpty else { return nil }
+        swapAt(0, keys.count - 1)
+        keys.removeLast()
+        let first = payloads.removeLast()
         var parent = 0
+        let count = keys.count
         while true {
             let left = 2 * parent + 1
             let right = left + 1
             var smallest = parent
-            if left < storage.count && areInOrder(storage[left], storage[smallest]) { smallest = left }
-            if right < storage.count && areInOrder(storage[right], storage[smallest]) { smallest = right }
+            if left < count && keys[left] < keys[smallest] { smallest = left }
+            if right < count && keys[right] < keys[smallest] { smallest = right }
             if smallest == parent { break }
-            storage.swapAt(parent, smallest)
+            swapAt(parent, smallest)
             parent = smallest
         }
         return first
+    }
+
+    private mutating func swapAt(_ lhs: Int, _ rhs: Int) {
+        keys.swapAt(lhs, rhs)
+        payloads.swapAt(lhs, rhs)
+    }
+}
+
+/// A heap key: a time, then the order of insertion for equal times.
+struct TimeKey: Comparable {
+    let time: UInt64
+    let sequence: UInt64
+
+    static func < (lhs: TimeKey, rhs: TimeKey) -> Bool {
+        lhs.time != rhs.time ? lhs.time < rhs.time : lhs.sequence < rhs.sequence
     }
 }

@@ -7,6 +7,7 @@ struct Fifo<Element> {
     init() {}
 
     var isEmpty: Bool { count == 0 }
+    var capacity: Int { storage.count }
 
     var first: Element? {
         count == 0 ? nil : storage[head]
@@ -39,7 +40,7 @@ struct Fifo<Element> {
     }
 
     private mutating func grow() {
-        let newCapacity = Swift.max(16, storage.count * 2)
+        let newCapacity = Swift.max(4, storage.count * 2)
         var newStorage = ContiguousArray<Element?>(repeating: nil, count: newCapacity)
         for index in 0..<count {
             newStorage[index] = storage[(head + index) & (storage.count - 1)]

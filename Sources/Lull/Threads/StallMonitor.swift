@@ -67,10 +67,11 @@ extension WorkerPool {
                     guard !state.jobs.isEmpty, reserveThread() else { return false }
                     state.running += 1
                     state.threads += 1
+                    state.waking += 1
                     return true
                 }
                 guard spawn else { break }
-                startWorker(in: pool)
+                startWorker(in: pool, wokenForWork: true)
             }
         }
         if stillSaturated { noteSaturated() }

@@ -59,26 +59,48 @@ final class WorkerPool: Sendable {
             return
         }
         let pool = classes[qosClass.poolIndex]
-        var spawn = false
-        var saturated = false
-        let wake = pool.state.withLock { state -> Worker? in
-            state.jobs.append(job)
-            if let worker = state.idle.popLast() {
-                state.running += 1
-                return worker
-            }
-            if state.running < cpuCount && reserveThread() {
-                state.running += 1
-                state.threads += 1
-                spawn = true
-            } else {
-                saturated = true
-            }
-            return nil
+        let helper = pool.state.withLock { state -> Helper in
+            state.pushJob(job, pool)
+            return recruit(&state)
         }
-        wake?.parker.unpark()
-        if spawn { startWorker(in: pool) }
-        if saturated { noteSaturated() }
+        start(helper, in: pool)
+    }
+
+    enum Helper {
+        case none
+        case wake(Worker)
+        case spawn
+        case saturated
+    }
+
+    /// Under the class lock, with work queued: gets one more thread going — unless one is
+    /// already on its way or spinning, in which case that one takes the work and recruits
+    /// the next itself if more is queued (so a stream of small blocks costs no wake-up per
+    /// block, and a burst still ramps up to the CPU count).
+    func recruit(_ state: inout ClassPool.State) -> Helper {
+        if state.spinning > 0 || state.waking > 0 { return .none }
+        if let worker = state.idle.popLast() {
+            state.running += 1
+            state.waking += 1
+            worker.wokenForWork.store(true, ordering: .relaxed)
+            return .wake(worker)
+        }
+        guard state.running < cpuCount else { return .saturated }
+        guard reserveThread() else { return .saturated }
+        state.running += 1
+        state.threads += 1
+        state.waking += 1
+        return .spawn
+    }
+
+    /// Carries out `recruit`'s decision, outside the lock.
+    func start(_ helper: Helper, in pool: ClassPool) {
+        switch helper {
+        case .none: break
+        case .wake(let worker): worker.parker.unpark()
+        case .spawn: startWorker(in: pool, wokenForWork: true)
+        case .saturated: noteSaturated()
+        }
     }
 
     /// Runs `body`, a wait, with the calling worker counted as blocked rather than running,
@@ -86,24 +108,12 @@ final class WorkerPool: Sendable {
     func blocking<T>(_ body: () -> T) -> T {
         guard let qosClass = ThreadState.current.workerClass else { return body() }
         let pool = classes[qosClass.poolIndex]
-        var spawn = false
-        let wake = pool.state.withLock { state -> Worker? in
+        let helper = pool.state.withLock { state -> Helper in
             state.running -= 1
             state.blocked += 1
-            guard !state.jobs.isEmpty else { return nil }
-            if let worker = state.idle.popLast() {
-                state.running += 1
-                return worker
-            }
-            if state.running < cpuCount && reserveThread() {
-                state.running += 1
-                state.threads += 1
-                spawn = true
-            }
-            return nil
+            return state.jobs.isEmpty ? .none : recruit(&state)
         }
-        wake?.parker.unpark()
-        if spawn { startWorker(in: pool) }
+        start(helper, in: pool)
         defer {
             pool.state.withLock { state in
                 state.running += 1
@@ -135,7 +145,7 @@ final class WorkerPool: Sendable {
             state.threads += 1
             return true
         }
-        if spawn { startWorker(in: pool) }
+        if spawn { startWorker(in: pool, wokenForWork: false) }
     }
 
     func reserveThread() -> Bool {
@@ -154,8 +164,9 @@ final class WorkerPool: Sendable {
 
     // MARK: Threads
 
-    func startWorker(in pool: ClassPool) {
+    func startWorker(in pool: ClassPool, wokenForWork: Bool) {
         let worker = Worker(pool: pool)
+        worker.wokenForWork.store(wokenForWork, ordering: .relaxed)
         var thread = pthread_t()
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
@@ -172,6 +183,7 @@ final class WorkerPool: Sendable {
             pool.state.withLock { state in
                 state.running -= 1
                 state.threads -= 1
+                if wokenForWork { state.waking -= 1 }
             }
             totalThreads.subtract(1, ordering: .relaxed)
             RuntimeLog.warning("could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); its work waits for an existing thread")
@@ -181,8 +193,14 @@ final class WorkerPool: Sendable {
     private enum Next {
         case job(Job)
         case poll
+        case spin
         case park
     }
+
+    /// How long a worker that ran out of work spins before it sleeps (pause instructions,
+    /// about 20-50 µs): a producer that keeps a queue barely fed then hands work over
+    /// without a futex wake-up per block.
+    private static let spinIterations: Int32 = 1_000
 
     private func workerMain(_ worker: Worker) {
         let pool = worker.pool
@@ -199,21 +217,39 @@ final class WorkerPool: Sendable {
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
         let reactor = Reactor.shared
         while true {
+            var cascade = Helper.none
             let next = pool.state.withLock { state -> Next in
-                if let job = state.jobs.popFirst() { return .job(job) }
+                if worker.wokenForWork.exchange(false, ordering: .relaxed) { state.waking -= 1 }
+                if let job = state.popJob(pool) {
+                    if !state.jobs.isEmpty { cascade = recruit(&state) }
+                    return .job(job)
+                }
                 state.running -= 1
                 if mayPoll && reactor.needsPoller
                     && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
                     return .poll
                 }
+                // Spin only as the class's last running worker: with others running, the
+                // CPU is better left to them (and to the threads that feed them).
+                if state.spinning == 0 && state.running == 0 {
+                    state.spinning = 1
+                    return .spin
+                }
                 state.idle.append(worker)
                 return .park
             }
+            start(cascade, in: pool)
             switch next {
             case .job(let job):
                 JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
             case .poll:
                 poll(reactor, thread: thread, pool: pool)
+            case .spin:
+                if let job = spinForWork(worker, pool: pool) {
+                    JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+                } else if !parkUntilClaimed(worker, pool: pool) {
+                    return
+                }
             case .park:
                 if !parkUntilClaimed(worker, pool: pool) { return }
             }
@@ -237,6 +273,29 @@ final class WorkerPool: Sendable {
         let start = SystemClock.monotonicNanoseconds()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
         thread.lastInlineDuration = SystemClock.monotonicNanoseconds() &- start
+    }
+
+    /// The class's one spinning worker waits briefly for work. Returns a job (the worker is
+    /// running again), or nil after putting the worker on the idle stack.
+    private func spinForWork(_ worker: Worker, pool: ClassPool) -> Job? {
+        var spins: Int32 = 0
+        while spins < WorkerPool.spinIterations && pool.queuedJobs.load(ordering: .acquiring) == 0 {
+            lull_cpu_relax()
+            spins += 1
+        }
+        var cascade = Helper.none
+        let job = pool.state.withLock { state -> Job? in
+            state.spinning = 0
+            guard let job = state.popJob(pool) else {
+                state.idle.append(worker)
+                return nil
+            }
+            state.running += 1
+            if !state.jobs.isEmpty { cascade = recruit(&state) }
+            return job
+        }
+        start(cascade, in: pool)
+        return job
     }
 
     /// Parks an idle worker until someone claims it (true) or it retires (false).
@@ -272,10 +331,28 @@ final class ClassPool: Sendable {
         var threads = 0
         var blocked = 0
         var threadIDs: Set<Int32> = []
+        /// 1 while a worker of the class spins waiting for work.
+        var spinning = 0
+        /// Workers woken or started for queued work that have not taken it yet.
+        var waking = 0
+
+        mutating func pushJob(_ job: Job, _ pool: ClassPool) {
+            jobs.append(job)
+            pool.queuedJobs.store(jobs.count, ordering: .releasing)
+        }
+
+        mutating func popJob(_ pool: ClassPool) -> Job? {
+            guard let job = jobs.popFirst() else { return nil }
+            pool.queuedJobs.store(jobs.count, ordering: .releasing)
+            return job
+        }
     }
 
+    /// The number of queued jobs, readable without the lock by a spinning worker.
+    let queuedJobs = Atomic<Int>(0)
+
     let qosClass: QoS.QoSClass
-    let state = Mutex<State>(State())
+    let state = SpinFutexLock<State>(State())
     let threadName: String
 
     init(qosClass: QoS.QoSClass) {
@@ -294,6 +371,9 @@ final class ClassPool: Sendable {
 final class Worker: Sendable {
     let parker = Parker()
     let pool: ClassPool
+    /// Set by whoever wakes this worker for queued work (it counts in `waking` until it
+    /// looks at the queue again).
+    let wokenForWork = Atomic<Bool>(false)
 
     init(pool: ClassPool) {
         self.pool = pool

@@ -25,13 +25,11 @@ public struct Deadline: Comparable, Hashable, Sendable {
 
     public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
         if lhs == .distantFuture { return .distantFuture }
-        return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: rhs.saturatingNanoseconds))
+        return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: rhs.nanoseconds128))
     }
 
     public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
         if lhs == .distantFuture { return .distantFuture }
-        let nanos = rhs.saturatingNanoseconds
-        let negated = nanos == .min ? Int64.max : -nanos
-        return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: negated))
+        return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: -rhs.nanoseconds128))
     }
 }

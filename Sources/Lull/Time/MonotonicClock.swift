@@ -25,27 +25,23 @@ enum SystemClock {
 }
 
 extension Duration {
-    /// The duration in nanoseconds, saturated to the range of `Int64` (negative durations
-    /// stay negative). Lull's clocks are 64-bit nanosecond counters, so nothing finer or
-    /// longer can be represented.
-    var saturatingNanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        let (secondsInNanos, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        let (total, overflow2) = secondsInNanos.addingReportingOverflow(attoseconds / 1_000_000_000)
-        if overflow2 { return seconds < 0 ? .min : .max }
-        return total
+    /// The duration in nanoseconds, exact in 128 bits (a `Duration` may exceed what
+    /// `components` can express without trapping).
+    var nanoseconds128: Int128 {
+        attoseconds / 1_000_000_000
     }
 }
 
 extension UInt64 {
     /// `self + delta`, clamped to `0...UInt64.max`: time arithmetic never wraps.
+    func saturatingAdding(nanoseconds delta: Int128) -> UInt64 {
+        let sum = Int128(self) + delta
+        if sum <= 0 { return 0 }
+        if sum >= Int128(UInt64.max) { return .max }
+        return UInt64(sum)
+    }
+
     func saturatingAdding(nanoseconds delta: Int64) -> UInt64 {
-        if delta >= 0 {
-            let (sum, overflow) = addingReportingOverflow(UInt64(delta))
-            return overflow ? .max : sum
-        }
-        let magnitude = delta.magnitude
-        return magnitude > self ? 0 : self - magnitude
+        saturatingAdding(nanoseconds: Int128(delta))
     }
 }

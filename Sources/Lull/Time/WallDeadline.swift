@@ -23,7 +23,7 @@ public struct WallDeadline: Comparable, Hashable, Sendable {
 
     public static func + (lhs: WallDeadline, rhs: Duration) -> WallDeadline {
         if lhs == .distantFuture { return .distantFuture }
-        return WallDeadline(nanosecondsSinceEpoch: lhs.nanosecondsSinceEpoch.saturatingAdding(nanoseconds: rhs.saturatingNanoseconds))
+        return WallDeadline(nanosecondsSinceEpoch: lhs.nanosecondsSinceEpoch.saturatingAdding(nanoseconds: rhs.nanoseconds128))
     }
 
     /// The monotonic deadline that corresponds to this wall deadline at this instant.

@@ -1,0 +1,33 @@
+import CLullShims
+
+/// A value guarded by a lock that spins briefly before it sleeps.
+///
+/// `Synchronization.Mutex` on Linux is a priority-inheritance futex that goes to the kernel
+/// as soon as it is contended; Lull's queue and pool locks guard a few instructions each and
+/// are taken by a producer and a consumer on two cores at once, where a short spin wins by
+/// an order of magnitude. Used for the hot locks only.
+///
+/// `@unchecked Sendable` is sound: `value` is only read or written inside `withLock`, which
+/// holds the lock word for the duration (acquire on lock, release on unlock), so every access
+/// is ordered by the lock; the word pointer is allocated once and freed in deinit.
+final class SpinFutexLock<Value>: @unchecked Sendable {
+    private var value: Value
+    private let word: UnsafeMutablePointer<UInt32>
+
+    init(_ value: Value) {
+        self.value = value
+        word = .allocate(capacity: 1)
+        word.initialize(to: 0)
+    }
+
+    deinit {
+        word.deallocate()
+    }
+
+    @inline(__always)
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        lull_lock(word)
+        defer { lull_unlock(word) }
+        return try body(&value)
+    }
+}
