@@ -43,7 +43,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull"],
+            dependencies: ["Lull", "CLullShims"],
             swiftSettings: strictSettings
         ),
     ],

@@ -1,1 +1,137 @@
-print("placeholder")
+// lull-bench: Lull against Apple's Dispatch, benchmark by benchmark, in the same run.
+//
+//   lull-bench [--quick] [--runs N] [--idle-seconds S] [--timeout S] [benchmark...]
+//
+// Runs the named benchmarks (all by default) for Lull and for Dispatch and prints both
+// figures and their ratio. See `--help`.
+
+import Glibc
+
+enum Suite {
+    static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all
+
+    static func benchmark(named name: String) -> Benchmark? {
+        all.first { $0.name == name }
+    }
+}
+
+let usage = """
+    usage: lull-bench [options] [benchmark...]
+
+    Runs each benchmark for Lull and for Apple's Dispatch (each in a child process of its
+    own) and prints both figures and the ratio Lull/Dispatch.
+
+    benchmarks (default: all):
+    \(Suite.all.map { "  \(Format.padRight($0.name, 17)) \($0.title)" }.joined(separator: "\n"))
+
+    options:
+      --quick             smaller N, 3 runs, 1 s idle window
+      --runs N            measured runs after the warm-up run (default 5, quick 3)
+      --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
+      --n N               blocks (or calls) per run for every benchmark but idle
+                          (default 1,000,000; async-after 100,000; quick: a tenth, async-after a fifth)
+      --timeout S         per-run timeout in seconds (default 10)
+      --help              this text
+    """
+
+func fail(_ message: String) -> Never {
+    emit("lull-bench: \(message)\n\n\(usage)")
+    exit(2)
+}
+
+/// Parses the command line: options, then the benchmarks to run.
+func parse(_ arguments: [String]) -> (Options, [Benchmark]) {
+    var options = Options()
+    var runs: Int?
+    var idleSeconds: Double?
+    var names: [String] = []
+    var index = 0
+    func value(for flag: String) -> String {
+        index += 1
+        guard index < arguments.count else { fail("\(flag) needs a value") }
+        return arguments[index]
+    }
+    while index < arguments.count {
+        let argument = arguments[index]
+        switch argument {
+        case "--quick":
+            options.quick = true
+        case "--runs":
+            guard let count = Int(value(for: argument)), count >= 1 else { fail("--runs needs a count >= 1") }
+            runs = count
+        case "--idle-seconds":
+            guard let seconds = Double(value(for: argument)), seconds > 0 else { fail("--idle-seconds needs seconds > 0") }
+            idleSeconds = seconds
+        case "--n":
+            guard let count = Int(value(for: argument)), count >= 1 else { fail("--n needs a count >= 1") }
+            options.n = count
+        case "--timeout":
+            guard let seconds = Double(value(for: argument)), seconds > 0 else { fail("--timeout needs seconds > 0") }
+            options.runTimeout = seconds
+        case "-h", "--help":
+            emit(usage)
+            exit(0)
+        default:
+            if argument.hasPrefix("-") { fail("unknown option \(argument)") }
+            guard Suite.benchmark(named: argument) != nil else { fail("unknown benchmark \(argument)") }
+            if !names.contains(argument) { names.append(argument) }
+        }
+        index += 1
+    }
+    options.runs = runs ?? (options.quick ? 3 : 5)
+    options.idleSeconds = idleSeconds ?? (options.quick ? 1 : 3)
+    if options.quick { options.budgetSeconds = 6 }
+    let selected = names.isEmpty ? Suite.all : Suite.all.filter { names.contains($0.name) }
+    return (options, selected)
+}
+
+/// Runs one benchmark for both runtimes, printing each figure as it comes.
+func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
+    let parameters = benchmark.parameters(options)
+    emit("== \(benchmark.name) (\(benchmark.sizeDescription(parameters))): \(benchmark.title)")
+    var series: [Runtime: Series] = [:]
+    for runtime in Runtime.allCases {
+        let childArguments = [
+            childSubcommand, benchmark.name, runtime.rawValue, String(parameters.n), "\(parameters.seconds)",
+            "\(parameters.runTimeout)", String(options.runs), "\(options.budgetSeconds)",
+        ]
+        // One run may take up to its timeout; the child stops starting runs after its budget.
+        let childTimeout = benchmark.singleShot
+            ? parameters.runTimeout + IdleBenchmark.settleSeconds + parameters.seconds + 10
+            : 2 * parameters.runTimeout + options.budgetSeconds + 10
+        let started = Clock.now()
+        let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
+        let elapsed = Clock.seconds(from: started, to: Clock.now())
+        let runtimeSeries = ChildReport.series(from: result, timeout: childTimeout)
+        series[runtime] = runtimeSeries
+        emit("   \(Format.padRight(runtime.displayName + ":", 9)) \(Report.describe(runtimeSeries, benchmark))"
+            + "  [\(Format.fixed(elapsed, 1)) s]")
+        for note in runtimeSeries.notes { emit("              \(note)") }
+    }
+    return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == childSubcommand {
+    ChildMain.run(Array(arguments.dropFirst()))
+}
+if arguments.first == "idle-child" {
+    // `lull-bench idle-child lull|dispatch [seconds]`: the idle benchmark alone, in this process.
+    let runtime = arguments.count > 1 ? Runtime(rawValue: arguments[1]) : nil
+    guard let runtime else { fail("idle-child needs lull or dispatch") }
+    let seconds = arguments.count > 2 ? Double(arguments[2]) ?? 3 : 3
+    ChildMain.run(["idle", runtime.rawValue, "0", "\(seconds)", "10", "1", "0"])
+}
+
+let (options, selected) = parse(arguments)
+let suiteStart = Clock.now()
+let loadAtStart = Report.loadAverage()
+if let warning = Report.loadWarning(loadAtStart) { emit(warning) }
+emit("lull-bench: \(selected.map(\.name).joined(separator: ", "))"
+    + (options.quick ? " (quick)" : "") + ", \(options.runs) measured runs after a warm-up run")
+var results: [BenchmarkResult] = []
+for benchmark in selected {
+    results.append(measure(benchmark, options: options))
+}
+Report.print(results, options: options, arguments: arguments, loadAtStart: loadAtStart)
+emit("Total time: \(Format.fixed(Clock.seconds(from: suiteStart, to: Clock.now()), 1)) s")

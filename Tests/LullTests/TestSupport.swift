@@ -1,0 +1,215 @@
+import CLullShims
+import Glibc
+import Synchronization
+import Testing
+@testable import Lull
+
+/// Every suite of this target is nested in this one, which runs its tests one at a time.
+///
+/// Lull's worker pool is shared by the whole process and bounded by the CPU count: two
+/// tests that each park a worker on a gate could starve a third of threads on a 2-core
+/// machine. Running the tests one at a time keeps every test's view of the pool its own.
+@Suite(.serialized) enum LullSuite {}
+
+// MARK: Waiting
+
+/// How long a test waits for something that must happen. Generous: the machine is noisy.
+let generousTimeout: Duration = .seconds(10)
+
+/// Polls `condition` until it holds or `timeout` passes; true when it held.
+@discardableResult
+func waitUntil(timeout: Duration = generousTimeout, _ condition: () -> Bool) -> Bool {
+    let clock = SuspendingClock()
+    let end = clock.now.advanced(by: timeout)
+    while true {
+        if condition() { return true }
+        if clock.now >= end { return condition() }
+        usleep(200)
+    }
+}
+
+/// Polls `condition` for `duration`; true when it held at every look. Used only to check
+/// that something does *not* happen: a correct library can never fail such a check.
+func keepsHolding(for duration: Duration = .milliseconds(100), _ condition: () -> Bool) -> Bool {
+    let clock = SuspendingClock()
+    let end = clock.now.advanced(by: duration)
+    while clock.now < end {
+        if !condition() { return false }
+        usleep(1_000)
+    }
+    return condition()
+}
+
+func sleep(milliseconds: Int) {
+    usleep(UInt32(milliseconds * 1_000))
+}
+
+/// Busy-waits for `microseconds`, to make overlaps likely when they are possible at all.
+func spin(microseconds: UInt64) {
+    let end = monotonicNanoseconds() + microseconds * 1_000
+    while monotonicNanoseconds() < end {}
+}
+
+// MARK: Clocks, read straight from the kernel
+
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+func realtimeNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+// MARK: Threads
+
+/// Who is running: the kernel thread id and the pthread handle.
+struct ThreadIdentity: Equatable, Sendable, CustomStringConvertible {
+    let tid: Int32
+    let pthread: pthread_t
+
+    static var current: ThreadIdentity {
+        ThreadIdentity(tid: lull_gettid(), pthread: pthread_self())
+    }
+
+    static func == (lhs: ThreadIdentity, rhs: ThreadIdentity) -> Bool {
+        lhs.tid == rhs.tid && pthread_equal(lhs.pthread, rhs.pthread) != 0
+    }
+
+    var description: String { "tid \(tid)" }
+}
+
+/// The calling thread's nice value (Linux nice values are per thread).
+func currentNice() -> Int32 {
+    errno = 0
+    return getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+}
+
+/// The I/O scheduling class of the calling thread (1 real time, 2 best effort, 3 idle;
+/// 0 means "none set", which the kernel treats as best effort), or nil if unreadable.
+func currentIOPriorityClass() -> Int32? {
+    var value: Int32 = 0
+    guard lull_get_thread_ioprio(lull_gettid(), &value) == 0 else { return nil }
+    return value >> 13
+}
+
+let ioPriorityClassIdle: Int32 = 3
+
+let onlineCPUs: Int = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+
+// MARK: Shared state for blocks
+
+final class Counter: Sendable {
+    private let storage = Atomic<Int>(0)
+
+    var value: Int { storage.load(ordering: .acquiring) }
+
+    @discardableResult
+    func increment() -> Int {
+        storage.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+    }
+
+    @discardableResult
+    func decrement() -> Int {
+        storage.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+    }
+}
+
+final class Flag: Sendable {
+    private let storage = Atomic<Bool>(false)
+
+    var isSet: Bool { storage.load(ordering: .acquiring) }
+
+    func set() {
+        storage.store(true, ordering: .releasing)
+    }
+}
+
+/// A block that must not finish before the test says so waits on a gate.
+final class Gate: Sendable {
+    private let flag = Flag()
+
+    func open() { flag.set() }
+    var isOpen: Bool { flag.isSet }
+
+    /// Waits (polling) until opened; false if it stayed closed for the generous timeout.
+    @discardableResult
+    func wait() -> Bool {
+        waitUntil { flag.isSet }
+    }
+}
+
+/// An ordered log that blocks append to from any thread.
+final class Recorder<Element: Sendable>: Sendable {
+    private let storage = Mutex<[Element]>([])
+
+    func append(_ element: Element) {
+        storage.withLock { $0.append(element) }
+    }
+
+    var values: [Element] { storage.withLock { $0 } }
+    var count: Int { storage.withLock { $0.count } }
+}
+
+/// One value handed from a block to the test.
+final class Captured<Value: Sendable>: Sendable {
+    private let storage = Mutex<Value?>(nil)
+
+    func set(_ value: Value) {
+        storage.withLock { $0 = value }
+    }
+
+    var value: Value? { storage.withLock { $0 } }
+
+    /// Waits until a value was set and returns it (nil after the generous timeout).
+    func await() -> Value? {
+        waitUntil { value != nil }
+        return value
+    }
+}
+
+/// Counts how many blocks run at once and remembers the most seen.
+final class OverlapTracker: Sendable {
+    private let current = Atomic<Int>(0)
+    private let highest = Atomic<Int>(0)
+
+    func enter() {
+        let now = current.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+        var seen = highest.load(ordering: .relaxed)
+        while now > seen {
+            let (exchanged, original) = highest.compareExchange(expected: seen, desired: now, ordering: .relaxed)
+            if exchanged { break }
+            seen = original
+        }
+    }
+
+    func exit() {
+        current.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+    }
+
+    var running: Int { current.load(ordering: .acquiring) }
+    var maximum: Int { highest.load(ordering: .acquiring) }
+}
+
+struct TestError: Error, Equatable {
+    let code: Int
+}
+
+// MARK: Exit tests
+
+/// The standard error a child process of an exit test wrote, as text.
+func standardErrorText(_ result: ExitTest.Result?) -> String {
+    guard let result else { return "" }
+    return String(decoding: result.standardErrorContent, as: UTF8.self)
+}
+
+/// Writes a line to standard error (file descriptor 2), where exit tests can observe it.
+func printToStandardError(_ text: String) {
+    let line = text + "\n"
+    _ = line.utf8CString.withUnsafeBufferPointer { buffer in
+        write(2, buffer.baseAddress, buffer.count - 1)
+    }
+}
