@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -259,4 +260,33 @@ void lull_lock_slow(uint32_t *word) {
 void lull_unlock_slow(uint32_t *word) {
     // The word was 2: someone may sleep on it.
     lull_futex_wake(word, 1);
+}
+
+// MARK: Clock changes
+
+static int lull_clock_watch_arm(int fd) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0) return -errno;
+    struct itimerspec spec = { .it_interval = {0, 0}, .it_value = { .tv_sec = now.tv_sec + 10L * 365 * 86400, .tv_nsec = 0 } };
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &spec, NULL) != 0) return -errno;
+    return 0;
+}
+
+int lull_clock_watch_create(void) {
+    int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    int armed = lull_clock_watch_arm(fd);
+    if (armed != 0) { close(fd); return armed; }
+    return fd;
+}
+
+int lull_clock_watch_check(int fd) {
+    uint64_t expirations;
+    ssize_t result = read(fd, &expirations, sizeof expirations);
+    if (result < 0 && errno == ECANCELED) {
+        int armed = lull_clock_watch_arm(fd);
+        return armed != 0 ? armed : 1;
+    }
+    if (result < 0 && errno != EAGAIN) return -errno;
+    return 0;
 }

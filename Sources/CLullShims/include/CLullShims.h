@@ -102,6 +102,14 @@ uint64_t lull_signal_take(int signo);
 /// The number of signals (NSIG).
 int lull_signal_count(void);
 
+// MARK: Clock changes
+
+/// A CLOCK_REALTIME timerfd armed far in the future with TFD_TIMER_CANCEL_ON_SET: it becomes
+/// readable when the system clock is set. Returns the fd or -errno.
+int lull_clock_watch_create(void);
+/// After readiness: returns 1 if the clock was set (and re-arms the watch), 0 if not, -errno.
+int lull_clock_watch_check(int fd);
+
 // MARK: Descriptors
 
 /// Opens a pidfd for pid (pidfd_open, O_CLOEXEC is implied). Returns the fd or -errno.

@@ -117,17 +117,16 @@ public final class WorkQueue: Sendable {
 
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.shared.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
     }
 
     public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.shared.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self,
-                                    at: wallDeadline.monotonicEquivalent())
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline)
     }
 
     public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
-        DelayedWork.shared.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
+        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
     }
 
     /// A job for a block submitted now by the calling thread (its context and QoS travel).

@@ -12,7 +12,7 @@ import Glibc
 /// iteration at a time (`pollOnce`). Changing the timer from another thread wakes the
 /// leader through libevent's own notification descriptor; nothing here wakes periodically.
 final class Reactor: Sendable {
-    static let shared = Reactor(timerFired: { DelayedWork.shared.fire() })
+    static let shared = Reactor(timerFired: { TimerEngine.shared.fire() })
 
     /// libevent's base and timer event. They are created once and never freed (the reactor
     /// lives as long as the process), and libevent serialises every call on them with the

@@ -19,7 +19,7 @@ final class StallMonitor: Sendable {
         guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        DelayedWork.shared.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + StallMonitor.interval, check)
+        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + StallMonitor.interval, check)
     }
 
     func disarm() {

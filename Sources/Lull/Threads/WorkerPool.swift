@@ -261,6 +261,8 @@ final class WorkerPool: Sendable {
         thread.pollingClass = pool.qosClass
         pollerThreadID.store(thread.tid, ordering: .releasing)
         reactor.pollOnce()
+        // Awake anyway: timers whose window has opened fire in this wake-up.
+        TimerEngine.shared.fireIfDue()
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerActive.store(false, ordering: .releasing)

@@ -25,18 +25,6 @@ public struct WallDeadline: Comparable, Hashable, Sendable {
         if lhs == .distantFuture { return .distantFuture }
         return WallDeadline(nanosecondsSinceEpoch: lhs.nanosecondsSinceEpoch.saturatingAdding(nanoseconds: rhs.nanoseconds128))
     }
-
-    /// The monotonic deadline that corresponds to this wall deadline at this instant.
-    /// A clock change after the conversion is not followed (the timers engine re-converts).
-    func monotonicEquivalent() -> Deadline {
-        if self == .distantFuture { return .distantFuture }
-        let wallNow = SystemClock.realtimeNanoseconds()
-        let monoNow = SystemClock.monotonicNanoseconds()
-        if nanosecondsSinceEpoch <= wallNow { return Deadline(uptimeNanoseconds: monoNow) }
-        let delta = nanosecondsSinceEpoch - wallNow
-        let (sum, overflow) = monoNow.addingReportingOverflow(delta)
-        return Deadline(uptimeNanoseconds: overflow ? .max : sum)
-    }
 }
 
 /// The result of a wait with a timeout.

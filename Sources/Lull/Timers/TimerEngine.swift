@@ -1,0 +1,175 @@
+import CLullShims
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every timer of the process — timer sources, `asyncAfter` blocks, runtime housekeeping —
+/// in one engine that wakes the process as rarely as their windows allow.
+///
+/// Each fire has a window [deadline, deadline + leeway]. Choosing the fewest instants that
+/// hit every window is interval stabbing, and the greedy choice is optimal: wake at the
+/// earliest window *end*, fire every timer whose window has *opened*, repeat. The engine keeps
+/// two heaps over the same entries — by deadline (which windows are open) and by window end
+/// (when to wake) — and arms the reactor's single next-timer at the earliest window end. The
+/// price is lateness: a timer fires anywhere in its window, typically near its end when
+/// nothing else wakes the process. Whenever the process is awake anyway (a descriptor event),
+/// the poller also fires whatever is open (`fireIfDue`), so timers ride along for free.
+final class TimerEngine: Sendable {
+    static let shared = TimerEngine()
+
+    /// How much earlier than a window's end the reactor is armed, to absorb the kernel's
+    /// wake-up latency without firing late (never more than the window itself).
+    static let wakeLatencyAllowance: UInt64 = 50_000
+
+    private struct State {
+        var byDeadline = TimerHeap(order: .deadline)
+        var byLatest = TimerHeap(order: .latest)
+        var nextSequence: UInt64 = 0
+        var wallEntries: [ObjectIdentifier: TimerEntry] = [:]
+        var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
+    }
+
+    private let state = SpinFutexLock<State>(State())
+    /// The earliest deadline (UInt64.max: none), for the poller's check without the lock.
+    private let earliestDeadline = Atomic<UInt64>(.max)
+
+    /// Schedules (or reschedules) `entry` for the window [deadline, deadline + leeway].
+    /// `wallDeadline` makes it follow changes of the system clock.
+    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) {
+        state.withLock { state in
+            remove(entry, from: &state)
+            entry.deadline = deadline
+            entry.leeway = leeway
+            entry.latest = deadline.saturatingAdding(nanoseconds: Int128(leeway))
+            entry.wallDeadline = wallDeadline
+            entry.sequence = state.nextSequence
+            state.nextSequence &+= 1
+            state.byDeadline.insert(entry)
+            state.byLatest.insert(entry)
+            if wallDeadline != nil {
+                state.wallEntries[ObjectIdentifier(entry)] = entry
+                watchClock(&state)
+            }
+            rearm(&state)
+        }
+    }
+
+    /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
+    func cancel(_ entry: TimerEntry) {
+        state.withLock { state in
+            guard entry.isScheduled else { return }
+            remove(entry, from: &state)
+            rearm(&state)
+        }
+    }
+
+    private func remove(_ entry: TimerEntry, from state: inout State) {
+        guard entry.isScheduled else { return }
+        state.byDeadline.remove(entry)
+        state.byLatest.remove(entry)
+        if entry.wallDeadline != nil { state.wallEntries[ObjectIdentifier(entry)] = nil }
+    }
+
+    /// Arms the reactor for the earliest window end (under the lock, so that arming
+    /// follows the order of changes).
+    private func rearm(_ state: inout State) {
+        earliestDeadline.store(state.byDeadline.first?.deadline ?? .max, ordering: .releasing)
+        guard let first = state.byLatest.first else {
+            Reactor.shared.setTimer(nil)
+            return
+        }
+        let allowance = min(first.leeway, TimerEngine.wakeLatencyAllowance)
+        Reactor.shared.setTimer(first.latest - allowance)
+    }
+
+    /// The reactor's timer fired: fire everything whose window has opened.
+    func fire() {
+        let now = SystemClock.monotonicNanoseconds()
+        var due: [TimerEntry] = []
+        state.withLock { state in
+            while let first = state.byDeadline.first, first.deadline <= now {
+                remove(first, from: &state)
+                due.append(first)
+            }
+            rearm(&state)
+        }
+        for entry in due { perform(entry, now: now) }
+    }
+
+    /// Called by the poller after every wake-up: timers whose window is open fire now,
+    /// in the wake-up the process has anyway.
+    func fireIfDue() {
+        let earliest = earliestDeadline.load(ordering: .acquiring)
+        guard earliest != .max, earliest <= SystemClock.monotonicNanoseconds() else { return }
+        fire()
+    }
+
+    private func perform(_ entry: TimerEntry, now: UInt64) {
+        switch entry.action {
+        case .enqueue(let queue, let job): queue.enqueue(job)
+        case .direct(let action): action()
+        case .source(let driver): driver.fired(entry, now: now)
+        }
+    }
+
+    // MARK: Wall clock
+
+    /// Wall-clock timers need to hear about changes of the system clock: a CLOCK_REALTIME
+    /// timerfd with TFD_TIMER_CANCEL_ON_SET, registered once, tells.
+    private func watchClock(_ state: inout State) {
+        guard state.clockWatch == nil else { return }
+        let descriptor = lull_clock_watch_create()
+        guard descriptor >= 0 else {
+            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (errno \(-descriptor)): wall-clock timers will not follow them" }
+            return
+        }
+        do throws(ReactorError) {
+            let registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false,
+                                                           handler: ClockChangeListener())
+            state.clockWatch = (descriptor, registration)
+        } catch {
+            close(descriptor)
+            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes: \(error)" }
+        }
+    }
+
+    /// On the polling thread: maybe the clock was set; if so, re-place wall-clock timers.
+    func clockMayHaveChanged() {
+        let descriptor = state.withLock { $0.clockWatch?.descriptor }
+        guard let descriptor, lull_clock_watch_check(descriptor) == 1 else { return }
+        state.withLock { state in
+            let wallNow = SystemClock.realtimeNanoseconds()
+            let monotonicNow = SystemClock.monotonicNanoseconds()
+            for entry in state.wallEntries.values {
+                guard let wall = entry.wallDeadline else { continue }
+                state.byDeadline.remove(entry)
+                state.byLatest.remove(entry)
+                let delta = Int128(wall) - Int128(wallNow)
+                entry.deadline = monotonicNow.saturatingAdding(nanoseconds: max(0, delta))
+                entry.latest = entry.deadline.saturatingAdding(nanoseconds: Int128(entry.leeway))
+                state.byDeadline.insert(entry)
+                state.byLatest.insert(entry)
+            }
+            rearm(&state)
+        }
+        fireIfDue()
+    }
+
+    /// Live timers (for diagnostics and tests).
+    var count: Int { state.withLock { $0.byDeadline.count } }
+}
+
+/// Converts a wall-clock instant to the monotonic clock, now.
+func monotonicDeadline(forWall wall: UInt64) -> UInt64 {
+    let wallNow = SystemClock.realtimeNanoseconds()
+    let monotonicNow = SystemClock.monotonicNanoseconds()
+    if wall == .max { return .max }
+    return monotonicNow.saturatingAdding(nanoseconds: max(0, Int128(wall) - Int128(wallNow)))
+}
+
+final class ClockChangeListener: ReactorEventHandler {
+    func reactorEvent(readable: Bool, writable: Bool) {
+        TimerEngine.shared.clockMayHaveChanged()
+    }
+}
