@@ -130,4 +130,65 @@ int lull_fd_identity(int fd, uint64_t *device, uint64_t *inode, int *is_regular)
 /// For a regular file: size minus the current offset (>= 0), or -errno.
 long long lull_file_bytes_after_offset(int fd);
 
+// MARK: File-system objects (inotify)
+
+/// Creates a non-blocking, close-on-exec inotify instance. Returns the fd or -errno.
+int lull_inotify_init(void);
+/// inotify_add_watch: the watch descriptor (>= 0) or -errno.
+int lull_inotify_add_watch(int fd, const char *path, uint32_t mask);
+/// inotify_rm_watch: 0 or -errno.
+int lull_inotify_rm_watch(int fd, int wd);
+/// One read(2) of queued inotify events into buffer (retried on EINTR): the byte count,
+/// or -errno (-EAGAIN once the queue is empty).
+long lull_inotify_read(int fd, void *buffer, unsigned long size);
+/// The size of struct inotify_event before its name (16 on Linux).
+unsigned long lull_inotify_event_header_size(void);
+
+/// Opens path with O_PATH | O_CLOEXEC (following symbolic links when follow != 0): a handle
+/// to the object for fstat that neither reads nor writes it. Returns the fd or -errno.
+int lull_open_object(const char *path, int follow);
+/// Opens the parent directory of the directory fd refers to ("..", O_PATH | O_CLOEXEC |
+/// O_DIRECTORY). Returns the fd or -errno.
+int lull_open_parent_directory(int fd);
+/// Opens a file read-only and close-on-exec (O_NONBLOCK when nonblocking != 0). Returns the
+/// fd or -errno.
+int lull_open_read_only(const char *path, int nonblocking);
+
+/// What Lull reads about a watched object.
+typedef struct {
+    uint64_t device;
+    uint64_t inode;
+    uint64_t link_count;
+    int64_t size;
+    /// The mount the descriptor was opened through (statx STATX_MNT_ID), 0 when unknown.
+    uint64_t mount_id;
+    int is_directory;
+    int is_symbolic_link;
+} lull_object_status;
+
+/// fstat through statx(fd, "", AT_EMPTY_PATH): 0 or errno.
+int lull_object_status_of(int fd, lull_object_status *status);
+/// lstat-like status of path relative to dirfd (AT_FDCWD for the current directory), not
+/// following a final symbolic link: 0 or errno.
+int lull_object_status_at(int dirfd, const char *path, lull_object_status *status);
+
+/// Whether fd is an open descriptor: 0, or errno (EBADF).
+int lull_fd_check(int fd);
+/// Reads one of the small /proc/sys integer files; -1 when it cannot be read.
+long long lull_read_proc_integer(const char *path);
+/// Reads the whole of a small (proc) file into a malloc'd buffer of *length bytes, or NULL
+/// with errno set. The caller frees it with free().
+char *lull_read_small_file(const char *path, unsigned long *length);
+/// free(3), for buffers the shims handed out.
+void lull_free(void *pointer);
+
+/// Directory listing: opens a directory for reading (O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+/// relative to dirfd and returns an opaque stream, or NULL with errno set.
+void *lull_directory_open(int dirfd, const char *path);
+/// The next entry's name (not "." or ".."), or NULL at the end or on error (errno set, 0 at
+/// the end). *is_directory is 1 for a directory, 0 otherwise, -1 when the type is unknown.
+const char *lull_directory_next(void *stream, int *is_directory);
+/// Closes a stream from lull_directory_open (its descriptor exactly once).
+void lull_directory_close(void *stream);
+
 #endif

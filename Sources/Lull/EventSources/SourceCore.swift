@@ -2,29 +2,32 @@ import Synchronization
 
 /// The machinery every source kind shares.
 ///
-/// A source owns a private serial queue that targets the user's queue, as in Dispatch where
-/// a source *is* a queue: the registration handler, every event delivery and the cancel
-/// handler are jobs on it, so they never run concurrently (even on a concurrent target),
-/// run in that order, and stop while the source is suspended.
+/// A source runs its handlers as jobs on its target queue, one job at a time: the
+/// registration handler, then event deliveries, then the cancel handler. `scheduled` is the
+/// token: only the thread that sets it posts the next job, and the job clears it when done
+/// and decides again. So handlers never run concurrently (even on a concurrent target), run
+/// in that order, and nothing runs while the source is suspended — without a queue of its
+/// own per source, which keeps an idle source small.
 ///
-/// Events merge into `pending` with one atomic operation; only the merge that makes the
-/// source pending posts a delivery, so a burst of merges costs no lock and no system call
-/// beyond the first. The delivery takes the merged value and runs the handler with it.
+/// Events merge into `pending` with one atomic operation. Only a merge that finds the
+/// source idle takes the lock to post a delivery, so a burst of merges costs no lock and no
+/// system call beyond the first. The delivery takes the merged value and runs the handler.
 final class SourceCore: Sendable {
     let kindName: String
     let target: WorkQueue
-    let queue: WorkQueue
     let mergeRule: SourceMerge
     let handle: UInt
     let mask: UInt
     let driver: any SourceDriver
 
     private let pending = Atomic<UInt>(0)
-    private let deliveryPosted = Atomic<Bool>(false)
     private let delivered = Atomic<UInt>(0)
     private let cancelled = Atomic<Bool>(false)
-    /// Set once the registration job is queued: from then on merges post deliveries.
-    private let accepting = Atomic<Bool>(false)
+    /// A job of this source is posted on the target queue or running.
+    private let scheduled = Atomic<Bool>(false)
+    /// Bumped by every merge and state change: tells a deciding thread that something
+    /// happened while it held `scheduled` (no wake-up is lost).
+    private let changes = Atomic<UInt>(0)
     private let state = Mutex<State>(State())
 
     private struct State {
@@ -32,23 +35,33 @@ final class SourceCore: Sendable {
         var cancelHandler: SourceHandler?
         var registrationHandler: SourceHandler?
         var activated = false
+        /// The driver is registered: deliveries may run.
+        var registered = false
+        var registrationHandlerDue = false
+        var cancelHandlerDelivered = false
         var suspendCount = 0
-        var registrationError: (any Error)?
+        var registrationError: EventSourceError?
+    }
+
+    private enum Step {
+        case registration(SourceHandler?)
+        case delivery
+        case cancellation
     }
 
     /// "<kind> on '<target label>'": how messages name the source (built only when needed).
     var label: String { "\(kindName) on '\(target.label)'" }
+
+    /// The QoS the target queue imposes (the timer's default leeway depends on it).
+    var floorQoS: QoS { WorkQueue.floor(ownQoS: .unspecified, target: target) }
 
     enum HandlerSlot {
         case event, cancel, registration
     }
 
     init(kindName: String, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
-        let target = target ?? WorkQueue.global()
         self.kindName = kindName
-        self.target = target
-        // The kind name is a literal: no string is allocated per source.
-        self.queue = WorkQueue(label: kindName, attributes: .initiallyInactive, target: target)
+        self.target = target ?? WorkQueue.global()
         self.mergeRule = merge
         self.handle = handle
         self.mask = mask
@@ -78,43 +91,34 @@ final class SourceCore: Sendable {
         let first = state.withLock { state -> Bool in
             if state.activated { return false }
             state.activated = true
+            state.registrationHandlerDue = !isCancelled
             return true
         }
         guard first else { return }
         if !isCancelled {
-            let registrationQoS = state.withLock { $0.registrationHandler?.propagatedQoS ?? .unspecified }
-            queue.enqueue(Job(work: .block({ [self] in runRegistrationHandler() }), qos: registrationQoS,
-                              flags: [], context: .empty, group: nil))
             if let error = driver.register(self) {
-                state.withLock { $0.registrationError = error }
-                cancel()
+                fail(error)
             } else {
-                accepting.store(true, ordering: .releasing)
-                if pending.load(ordering: .acquiring) != 0 { scheduleDelivery() }
+                state.withLock { $0.registered = true }
             }
         }
-        queue.activate()
+        changed()
     }
 
     func suspend() {
         state.withLock { $0.suspendCount += 1 }
-        queue.suspend()
     }
 
     func resume() {
-        enum Action { case activate, resume }
-        let action = state.withLock { state -> Action in
+        let activateNow = state.withLock { state -> Bool in
             if state.suspendCount == 0 {
-                if !state.activated { return .activate }
+                if !state.activated { return true }
                 lullFatal("over-resume of \(label): resume() without a matching suspend()")
             }
             state.suspendCount -= 1
-            return .resume
+            return false
         }
-        switch action {
-        case .activate: activate()
-        case .resume: queue.resume()
-        }
+        if activateNow { activate() } else { changed() }
     }
 
     /// Asynchronous, not preemptive: a running handler finishes; no event handler starts
@@ -122,31 +126,30 @@ final class SourceCore: Sendable {
     func cancel() {
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         driver.unregister(self)
-        let cancelQoS = state.withLock { $0.cancelHandler?.propagatedQoS ?? .unspecified }
-        queue.enqueue(Job(work: .block({ [self] in finishCancellation() }), qos: cancelQoS,
-                          flags: [], context: .empty, group: nil))
+        changed()
     }
 
     /// The program dropped its last reference: cancel, and let the cancel handler run even
     /// if the source was never activated or is suspended (that is not an error).
     func releasedByProgram() {
         cancel()
-        let suspensions = state.withLock { state -> Int in
-            defer { state.suspendCount = 0 }
-            return state.suspendCount
-        }
-        for _ in 0..<suspensions { queue.resume() }
+        state.withLock { $0.suspendCount = 0 }
         activate()
+        changed()
     }
 
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    /// No job of the source is posted or running (for tests that wait for quiet).
+    var isIdle: Bool { !scheduled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
     var registrationError: (any Error)? { state.withLock { $0.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
+        let sourceError = error as? EventSourceError
+            ?? EventSourceError(subject: label, code: 0, reason: "\(error)")
         state.withLock { state in
-            if state.registrationError == nil { state.registrationError = error }
+            if state.registrationError == nil { state.registrationError = sourceError }
         }
         cancel()
     }
@@ -154,7 +157,7 @@ final class SourceCore: Sendable {
     // MARK: Events
 
     /// Merges `value` into the pending data and makes sure a delivery is on its way.
-    /// Lock-free; costs a queue operation only when the source was not pending yet.
+    /// Lock-free while a job of the source is already posted or running.
     func merge(_ value: UInt) {
         switch mergeRule {
         case .add:
@@ -169,19 +172,66 @@ final class SourceCore: Sendable {
         case .readiness:
             pending.store(1, ordering: .releasing)
         }
-        scheduleDelivery()
+        changed()
     }
 
-    private func scheduleDelivery() {
-        guard accepting.load(ordering: .acquiring), !isCancelled else { return }
-        guard !deliveryPosted.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        let qos = state.withLock { $0.eventHandler?.propagatedQoS ?? .unspecified }
-        queue.enqueue(Job(work: .block({ [self] in deliver() }), qos: qos, flags: [], context: .empty, group: nil))
+    /// Something happened: post the next job unless one is posted or running (that one
+    /// decides again when it is done).
+    private func changed() {
+        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        if scheduled.load(ordering: .acquiring) { return }
+        scheduleNext()
     }
 
-    /// One delivery, on the source's queue: take the merged value, run the handler.
+    private func scheduleNext() {
+        while true {
+            guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            let seen = changes.load(ordering: .acquiring)
+            if let (step, qos) = state.withLock({ nextStep(&$0) }) {
+                target.enqueue(Job(work: .block({ [self] in run(step) }), qos: qos, flags: [],
+                                   context: .empty, group: nil))
+                return
+            }
+            scheduled.store(false, ordering: .releasing)
+            // Nothing to do as of `seen`; if anything changed since, decide again.
+            if changes.load(ordering: .acquiring) == seen { return }
+        }
+    }
+
+    /// What runs next, if anything (under the lock). Nothing runs before activation or
+    /// while suspended; the registration handler comes first, the cancel handler last.
+    private func nextStep(_ state: inout State) -> (Step, QoS)? {
+        guard state.activated, state.suspendCount == 0 else { return nil }
+        if state.registrationHandlerDue {
+            state.registrationHandlerDue = false
+            let handler = state.registrationHandler
+            return (.registration(handler), handler?.propagatedQoS ?? .unspecified)
+        }
+        if isCancelled {
+            guard !state.cancelHandlerDelivered else { return nil }
+            state.cancelHandlerDelivered = true
+            return (.cancellation, state.cancelHandler?.propagatedQoS ?? .unspecified)
+        }
+        guard state.registered, pending.load(ordering: .acquiring) != 0 else { return nil }
+        return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
+    }
+
+    /// One job, on the target queue; then the next decision.
+    private func run(_ step: Step) {
+        switch step {
+        case .registration(let handler):
+            if !isCancelled { handler?.run(thread: ThreadState.current) }
+        case .delivery:
+            deliver()
+        case .cancellation:
+            finishCancellation()
+        }
+        scheduled.store(false, ordering: .releasing)
+        scheduleNext()
+    }
+
+    /// One delivery: take the merged value, run the handler.
     private func deliver() {
-        deliveryPosted.store(false, ordering: .releasing)
         guard !isCancelled else { return }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
         guard merged != 0 else { return }
@@ -191,11 +241,6 @@ final class SourceCore: Sendable {
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
         if !isCancelled { driver.handlerReturned(self) }
-    }
-
-    private func runRegistrationHandler() {
-        guard !isCancelled, let handler = state.withLock({ $0.registrationHandler }) else { return }
-        handler.run(thread: ThreadState.current)
     }
 
     private func finishCancellation() {

@@ -135,7 +135,7 @@ final class TimerDriver: SourceDriver {
         let delay = schedule.interval ?? (deadline > now ? deadline - now : 0)
         var leeway = schedule.leeway
         if !strict {
-            let floorClass = core.queue.state.withLock { $0.floor.qosClass }
+            let floorClass = core.floorQoS.qosClass
             leeway = max(leeway, DefaultLeeway.nanoseconds(for: floorClass, delay: delay))
         }
         if let interval = schedule.interval { leeway = min(leeway, interval) }
