@@ -290,3 +290,175 @@ int lull_clock_watch_check(int fd) {
     if (result < 0 && errno != EAGAIN) return -errno;
     return 0;
 }
+
+// MARK: File-system objects (inotify)
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/inotify.h>
+
+int lull_inotify_init(void) {
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int lull_inotify_add_watch(int fd, const char *path, uint32_t mask) {
+    int wd = inotify_add_watch(fd, path, mask);
+    return wd >= 0 ? wd : -errno;
+}
+
+int lull_inotify_rm_watch(int fd, int wd) {
+    return inotify_rm_watch(fd, wd) == 0 ? 0 : -errno;
+}
+
+long lull_inotify_read(int fd, void *buffer, unsigned long size) {
+    for (;;) {
+        ssize_t count = read(fd, buffer, size);
+        if (count >= 0) return (long)count;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+unsigned long lull_inotify_event_header_size(void) { return sizeof(struct inotify_event); }
+
+int lull_open_object(const char *path, int follow) {
+    int fd;
+    do {
+        fd = open(path, O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+    } while (fd < 0 && errno == EINTR);
+    return fd >= 0 ? fd : -errno;
+}
+
+int lull_open_parent_directory(int fd) {
+    int parent;
+    do {
+        parent = openat(fd, "..", O_PATH | O_CLOEXEC | O_DIRECTORY);
+    } while (parent < 0 && errno == EINTR);
+    return parent >= 0 ? parent : -errno;
+}
+
+int lull_open_read_only(const char *path, int nonblocking) {
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC | (nonblocking ? O_NONBLOCK : 0));
+    } while (fd < 0 && errno == EINTR);
+    return fd >= 0 ? fd : -errno;
+}
+
+static int lull_fill_status(int dirfd, const char *path, int flags, lull_object_status *status) {
+    struct statx info;
+    memset(&info, 0, sizeof info);
+    if (statx(dirfd, path, flags, STATX_BASIC_STATS | STATX_MNT_ID, &info) != 0) {
+        if (errno != ENOSYS) return errno;
+        // Kernels before statx: fstatat, without the mount id.
+        struct stat plain;
+        if (fstatat(dirfd, path, &plain, flags) != 0) return errno;
+        status->device = (uint64_t)plain.st_dev;
+        status->inode = (uint64_t)plain.st_ino;
+        status->link_count = (uint64_t)plain.st_nlink;
+        status->size = (int64_t)plain.st_size;
+        status->mount_id = 0;
+        status->is_directory = S_ISDIR(plain.st_mode) ? 1 : 0;
+        status->is_symbolic_link = S_ISLNK(plain.st_mode) ? 1 : 0;
+        return 0;
+    }
+    status->device = ((uint64_t)info.stx_dev_major << 32) | info.stx_dev_minor;
+    status->inode = info.stx_ino;
+    status->link_count = info.stx_nlink;
+    status->size = (int64_t)info.stx_size;
+    status->mount_id = (info.stx_mask & STATX_MNT_ID) ? info.stx_mnt_id : 0;
+    status->is_directory = S_ISDIR(info.stx_mode) ? 1 : 0;
+    status->is_symbolic_link = S_ISLNK(info.stx_mode) ? 1 : 0;
+    return 0;
+}
+
+int lull_object_status_of(int fd, lull_object_status *status) {
+    return lull_fill_status(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, status);
+}
+
+int lull_object_status_at(int dirfd, const char *path, lull_object_status *status) {
+    return lull_fill_status(dirfd, path, AT_SYMLINK_NOFOLLOW, status);
+}
+
+int lull_fd_check(int fd) {
+    return fcntl(fd, F_GETFD) >= 0 ? 0 : errno;
+}
+
+long long lull_read_proc_integer(const char *path) {
+    int fd = lull_open_read_only(path, 0);
+    if (fd < 0) return -1;
+    char text[64];
+    ssize_t count;
+    do {
+        count = read(fd, text, sizeof text - 1);
+    } while (count < 0 && errno == EINTR);
+    close(fd);
+    if (count <= 0) return -1;
+    text[count] = 0;
+    char *end = NULL;
+    long long value = strtoll(text, &end, 10);
+    return end == text ? -1 : value;
+}
+
+char *lull_read_small_file(const char *path, unsigned long *length) {
+    int fd = lull_open_read_only(path, 0);
+    if (fd < 0) { errno = -fd; return NULL; }
+    size_t capacity = 8192, used = 0;
+    char *buffer = malloc(capacity);
+    if (buffer == NULL) { close(fd); errno = ENOMEM; return NULL; }
+    for (;;) {
+        if (used == capacity) {
+            char *larger = realloc(buffer, capacity * 2);
+            if (larger == NULL) { free(buffer); close(fd); errno = ENOMEM; return NULL; }
+            buffer = larger;
+            capacity *= 2;
+        }
+        ssize_t count = read(fd, buffer + used, capacity - used);
+        if (count < 0) {
+            if (errno == EINTR) continue;
+            int saved = errno;
+            free(buffer);
+            close(fd);
+            errno = saved;
+            return NULL;
+        }
+        if (count == 0) break;
+        used += (size_t)count;
+    }
+    close(fd);
+    *length = used;
+    return buffer;
+}
+
+void lull_free(void *pointer) { free(pointer); }
+
+void *lull_directory_open(int dirfd, const char *path) {
+    int fd;
+    do {
+        fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return NULL;
+    DIR *stream = fdopendir(fd);
+    if (stream == NULL) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return stream;
+}
+
+const char *lull_directory_next(void *stream, int *is_directory) {
+    for (;;) {
+        errno = 0;
+        struct dirent *entry = readdir((DIR *)stream);
+        if (entry == NULL) return NULL;
+        const char *name = entry->d_name;
+        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+        *is_directory = entry->d_type == DT_DIR ? 1 : (entry->d_type == DT_UNKNOWN ? -1 : 0);
+        return name;
+    }
+}
+
+void lull_directory_close(void *stream) {
+    if (stream != NULL) closedir((DIR *)stream);
+}

@@ -38,7 +38,6 @@ final class DescriptorDriver: SourceDriver {
     /// Regular files are always "ready" for epoll's purposes and cannot be registered:
     /// their readiness is computed from the file offset instead.
     private let isRegularFile = Atomic<Bool>(false)
-    private let identity = Mutex<DescriptorIdentity?>(nil)
     /// The end of file (or hang-up) was delivered (data 0): it is not delivered again until
     /// new readiness is reported, so that a source left open at EOF does not spin.
     private let endOfFileDelivered = Atomic<Bool>(false)
@@ -56,7 +55,6 @@ final class DescriptorDriver: SourceDriver {
         guard let found = DescriptorIdentity(descriptor) else {
             return EventSourceError(subject: subject, code: errno == 0 ? EBADF : errno)
         }
-        identity.withLock { $0 = found }
         if found.isRegularFile {
             isRegularFile.store(true, ordering: .releasing)
             core.merge(1)

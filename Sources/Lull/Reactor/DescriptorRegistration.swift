@@ -24,48 +24,52 @@ struct ReactorError: Error, CustomStringConvertible {
 /// reports each change of readiness once, so a source whose handler is busy elsewhere does
 /// not make the poller spin, and re-arming costs no system call. Sources restore level
 /// semantics themselves by checking readiness after their handler returns.
+///
+/// The registration is the callback's context: it stays alive while registered because its
+/// owner keeps it until `remove()`, which waits for a callback running on another thread.
 final class DescriptorRegistration: Sendable {
-    /// The libevent event. Created in `init`, freed exactly once in `remove()` (guarded
-    /// by `removed`); libevent serialises all calls on it with the base's lock.
-    private nonisolated(unsafe) let event: OpaquePointer
-    private let handler: Unmanaged<HandlerBox>
-    private let removed = Atomic<Bool>(false)
+    /// The libevent event. Set once in `Reactor.register`, freed exactly once in `remove()`
+    /// (guarded by `removed`); libevent serialises all calls on it with the base's lock.
+    fileprivate nonisolated(unsafe) var event: OpaquePointer?
+    let handler: any ReactorEventHandler
     let descriptor: Int32
+    let oneShot: Bool
+    private let removed = Atomic<Bool>(false)
+    /// Whether this registration counts in the reactor's interest: 0 not yet, 1 counted,
+    /// 2 done (a one-shot that fired — perhaps before it was even counted — or removed), so
+    /// that nobody polls for it any more and nothing is counted twice.
+    private let interest = Atomic<UInt8>(0)
 
-    /// Boxes the handler so that the C callback gets a stable pointer.
-    final class HandlerBox: Sendable {
-        let handler: any ReactorEventHandler
-        let oneShot: Bool
-        /// Whether this registration still counts in the reactor's interest: a one-shot
-        /// stops counting when it fires, so that nobody polls for it any more.
-        let holdsInterest = Atomic<Bool>(true)
+    fileprivate init(handler: any ReactorEventHandler, descriptor: Int32, oneShot: Bool) {
+        self.handler = handler
+        self.descriptor = descriptor
+        self.oneShot = oneShot
+    }
 
-        init(_ handler: any ReactorEventHandler, oneShot: Bool) {
-            self.handler = handler
-            self.oneShot = oneShot
-        }
-
-        func releaseInterest() {
-            if holdsInterest.exchange(false, ordering: .acquiringAndReleasing) {
-                Reactor.shared.removeInterest()
-            }
+    fileprivate func takeInterest() {
+        if interest.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+            Reactor.shared.addInterest()
         }
     }
 
-    fileprivate init(event: OpaquePointer, handler: Unmanaged<HandlerBox>, descriptor: Int32) {
-        self.event = event
-        self.handler = handler
-        self.descriptor = descriptor
+    fileprivate func releaseInterest() {
+        if interest.exchange(2, ordering: .acquiringAndReleasing) == 1 {
+            Reactor.shared.removeInterest()
+        }
     }
 
     /// Removes the descriptor from the reactor. When this returns, no callback for it runs
     /// or will run (libevent waits for one running on another thread). Idempotent.
     func remove() {
-        guard !removed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !removed.exchange(true, ordering: .acquiringAndReleasing), let event else { return }
         event_del(event)
         event_free(event)
-        handler.takeUnretainedValue().releaseInterest()
-        handler.release()
+        releaseInterest()
+    }
+
+    fileprivate func fired(_ what: Int16) {
+        if oneShot { releaseInterest() }
+        handler.reactorEvent(readable: what & Int16(EV_READ) != 0, writable: what & Int16(EV_WRITE) != 0)
     }
 }
 
@@ -75,28 +79,27 @@ extension Reactor {
     /// is still owed).
     func register(descriptor: Int32, forWriting: Bool, oneShot: Bool = false,
                   handler: any ReactorEventHandler) throws(ReactorError) -> DescriptorRegistration {
-        let box = Unmanaged.passRetained(DescriptorRegistration.HandlerBox(handler, oneShot: oneShot))
+        let registration = DescriptorRegistration(handler: handler, descriptor: descriptor, oneShot: oneShot)
         let what = Int16((forWriting ? EV_WRITE : EV_READ) | (oneShot ? 0 : EV_PERSIST | EV_ET))
-        guard let event = makeEvent(descriptor: descriptor, what: what, context: box.toOpaque()) else {
-            box.release()
+        guard let event = makeEvent(descriptor: descriptor, what: what,
+                                    context: Unmanaged.passUnretained(registration).toOpaque()) else {
             throw ReactorError(descriptor: descriptor, errno: ENOMEM)
         }
+        registration.event = event
         errno = 0
         if event_add(event, nil) != 0 {
             let failure = errno == 0 ? EINVAL : errno
+            registration.event = nil
             event_free(event)
-            box.release()
             throw ReactorError(descriptor: descriptor, errno: failure)
         }
         // Counted after the add, so that a poller woken by the count finds the event.
-        addInterest()
-        return DescriptorRegistration(event: event, handler: box, descriptor: descriptor)
+        registration.takeInterest()
+        return registration
     }
 }
 
-/// The C callback for descriptor events: forwards to the registered handler.
+/// The C callback for descriptor events: forwards to the registration's handler.
 let descriptorEventCallback: event_callback_fn = { _, what, context in
-    let box = Unmanaged<DescriptorRegistration.HandlerBox>.fromOpaque(context!).takeUnretainedValue()
-    if box.oneShot { box.releaseInterest() }
-    box.handler.reactorEvent(readable: what & Int16(EV_READ) != 0, writable: what & Int16(EV_WRITE) != 0)
+    Unmanaged<DescriptorRegistration>.fromOpaque(context!).takeUnretainedValue().fired(what)
 }
