@@ -30,11 +30,17 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
     }
 }
 
-/// Watches one descriptor for a read or write source.
-final class DescriptorDriver: SourceDriver {
+/// Watches one descriptor for a read or write source; receives its reactor events itself.
+final class DescriptorDriver: SourceDriver, ReactorEventHandler {
     let descriptor: Int32
     let forWriting: Bool
     private let registration = Mutex<DescriptorRegistration?>(nil)
+    /// The source, set in `register` before the descriptor reaches the reactor (event_add
+    /// takes libevent's lock, ordering this write before any callback) and only read by
+    /// reactor callbacks. `unowned(unsafe)` avoids a retain cycle and a lock per event: the
+    /// core outlives every callback, because `unregister` (which runs before the core can go)
+    /// removes the registration and waits for a callback in progress.
+    private nonisolated(unsafe) unowned(unsafe) var core: SourceCore?
     /// Regular files are always "ready" for epoll's purposes and cannot be registered:
     /// their readiness is computed from the file offset instead.
     private let isRegularFile = Atomic<Bool>(false)
@@ -48,12 +54,13 @@ final class DescriptorDriver: SourceDriver {
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        let subject = "\(core.label): descriptor \(descriptor)"
+        var subject: String { "\(core.label): descriptor \(descriptor)" }
         guard descriptor >= 0 else {
             return EventSourceError(subject: subject, code: EBADF, reason: "negative descriptor")
         }
         guard let found = DescriptorIdentity(descriptor) else {
-            return EventSourceError(subject: subject, code: errno == 0 ? EBADF : errno)
+            let failure = errno == 0 ? EBADF : errno
+            return EventSourceError(subject: subject, code: failure)
         }
         if found.isRegularFile {
             isRegularFile.store(true, ordering: .releasing)
@@ -61,9 +68,10 @@ final class DescriptorDriver: SourceDriver {
             return nil
         }
         DescriptorTable.shared.claim(descriptor, identity: found, for: core)
+        self.core = core
         do throws(ReactorError) {
             let registered = try Reactor.shared.register(descriptor: descriptor, forWriting: forWriting,
-                                                         handler: ReadinessForwarder(core: core, driver: self))
+                                                         handler: self)
             registration.withLock { $0 = registered }
             return nil
         } catch {
@@ -141,26 +149,11 @@ final class DescriptorDriver: SourceDriver {
     }
 }
 
-/// Forwards the reactor's readiness reports to a source (on the polling thread).
-final class ReadinessForwarder: ReactorEventHandler {
-    let core: SourceCore
-    let driver: DescriptorDriver
-
-    init(core: SourceCore, driver: DescriptorDriver) {
-        self.core = core
-        self.driver = driver
-    }
-
-    func reactorEvent(readable: Bool, writable: Bool) {
-        driver.readinessReported()
-        core.merge(1)
-    }
-}
-
 extension DescriptorDriver {
-    /// New readiness from the reactor: an end of file may be reported again after it.
-    func readinessReported() {
+    /// On the polling thread: new readiness (an end of file may be reported again after it).
+    func reactorEvent(readable: Bool, writable: Bool) {
         endOfFileDelivered.store(false, ordering: .releasing)
+        core?.merge(1)
     }
 }
 

@@ -24,6 +24,11 @@ struct DescriptorIdentity: Equatable, Sendable {
         self.inode = inode
         self.isRegularFile = regular != 0
     }
+
+    /// Device and inode in one word (a collision would only skip a stale-source check).
+    var folded: UInt64 {
+        device &* 0x9E37_79B9_7F4A_7C15 ^ inode
+    }
 }
 
 /// Which sources watch which descriptor numbers.
@@ -32,22 +37,43 @@ struct DescriptorIdentity: Equatable, Sendable {
 /// believes it is registered and would not register the number again for a new file. So
 /// when a number comes back for a different file, the sources still registered on the old
 /// one are cancelled first, with the reason in `registrationError`.
+///
+/// Indexed by descriptor number (descriptors are small, dense integers), with 16 bytes per
+/// slot: the common case of one source per descriptor needs no allocation of its own.
 final class DescriptorTable: Sendable {
     static let shared = DescriptorTable()
 
-    private struct Entry {
-        let identity: DescriptorIdentity
+    private struct Watcher {
+        /// The file's device and inode, folded into one word.
+        let file: UInt64
         let core: SourceCore
     }
 
-    private let entries = Mutex<[Int32: [Entry]]>([:])
+    private struct Slot {
+        var first: Watcher?
+        /// Further sources on the same descriptor (a read and a write source, say).
+        var others: [Watcher] = []
+    }
+
+    private let slots = Mutex<[Slot]>([])
 
     func claim(_ descriptor: Int32, identity: DescriptorIdentity, for core: SourceCore) {
-        let stale = entries.withLock { table -> [SourceCore] in
-            let current = table[descriptor] ?? []
-            let staleEntries = current.filter { $0.identity != identity }
-            table[descriptor] = current.filter { $0.identity == identity } + [Entry(identity: identity, core: core)]
-            return staleEntries.map(\.core)
+        let index = Int(descriptor)
+        let file = identity.folded
+        let stale = slots.withLock { slots -> [SourceCore] in
+            if index >= slots.count {
+                slots.append(contentsOf: repeatElement(Slot(), count: max(index + 1 - slots.count, slots.count)))
+            }
+            var slot = slots[index]
+            var watchers = slot.others
+            if let first = slot.first { watchers.insert(first, at: 0) }
+            let staleCores = watchers.filter { $0.file != file }.map(\.core)
+            watchers.removeAll { $0.file != file }
+            watchers.append(Watcher(file: file, core: core))
+            slot.first = watchers.first
+            slot.others = Array(watchers.dropFirst())
+            slots[index] = slot
+            return staleCores
         }
         for old in stale {
             old.fail(EventSourceError(subject: "\(old.label): descriptor \(descriptor)", code: EBADF,
@@ -56,10 +82,16 @@ final class DescriptorTable: Sendable {
     }
 
     func release(_ descriptor: Int32, for core: SourceCore) {
-        entries.withLock { table in
-            guard var current = table[descriptor] else { return }
-            current.removeAll { $0.core === core }
-            table[descriptor] = current.isEmpty ? nil : current
+        let index = Int(descriptor)
+        slots.withLock { slots in
+            guard index < slots.count else { return }
+            var slot = slots[index]
+            if slot.first?.core === core {
+                slot.first = slot.others.isEmpty ? nil : slot.others.removeFirst()
+            } else {
+                slot.others.removeAll { $0.core === core }
+            }
+            slots[index] = slot
         }
     }
 }

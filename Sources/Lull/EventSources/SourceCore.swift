@@ -40,7 +40,13 @@ final class SourceCore: Sendable {
         var registrationHandlerDue = false
         var cancelHandlerDelivered = false
         var suspendCount = 0
-        var registrationError: EventSourceError?
+        /// Boxed: it is rare, and an inline error would make every source larger.
+        var registrationError: ErrorBox?
+    }
+
+    final class ErrorBox: Sendable {
+        let error: EventSourceError
+        init(_ error: EventSourceError) { self.error = error }
     }
 
     private enum Step {
@@ -91,7 +97,8 @@ final class SourceCore: Sendable {
         let first = state.withLock { state -> Bool in
             if state.activated { return false }
             state.activated = true
-            state.registrationHandlerDue = !isCancelled
+            // No registration handler, no job: activating a source costs no hand-off.
+            state.registrationHandlerDue = !isCancelled && state.registrationHandler != nil
             return true
         }
         guard first else { return }
@@ -142,14 +149,14 @@ final class SourceCore: Sendable {
     /// No job of the source is posted or running (for tests that wait for quiet).
     var isIdle: Bool { !scheduled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
-    var registrationError: (any Error)? { state.withLock { $0.registrationError } }
+    var registrationError: (any Error)? { state.withLock { $0.registrationError?.error } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
         let sourceError = error as? EventSourceError
             ?? EventSourceError(subject: label, code: 0, reason: "\(error)")
         state.withLock { state in
-            if state.registrationError == nil { state.registrationError = sourceError }
+            if state.registrationError == nil { state.registrationError = ErrorBox(sourceError) }
         }
         cancel()
     }
@@ -173,6 +180,11 @@ final class SourceCore: Sendable {
             pending.store(1, ordering: .releasing)
         }
         changed()
+    }
+
+    /// Forgets what merged and was not delivered yet (a timer that is rescheduled).
+    func discardPending() {
+        pending.store(0, ordering: .releasing)
     }
 
     /// Something happened: post the next job unless one is posted or running (that one

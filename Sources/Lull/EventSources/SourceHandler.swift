@@ -3,39 +3,43 @@
 /// Source handlers are detached by default: they run with the empty execution context,
 /// unless the block was set with `.assignCurrentContext` (the context current when it was
 /// set) or is a work item that captured one.
+///
+/// Kept small (32 bytes: a closure, an activity reference, two bytes of QoS) because every
+/// source stores three of them.
 struct SourceHandler: Sendable {
-    enum Body: Sendable {
-        case block(@Sendable () -> Void)
-        case item(WorkItem)
-    }
-
-    let body: Body
-    /// The QoS the handler brings to its queue (never the setting thread's).
-    let propagatedQoS: QoS
-    let context: ExecutionContext
+    /// The block to run; a work item is wrapped so that it completes (notify, wait) as such.
+    private let body: @Sendable (ThreadState) -> Void
+    private let activity: Activity?
+    private let qosClass: QoS.QoSClass
+    private let relativePriority: Int8
 
     init(qos: QoS, flags: WorkItemFlags, block: @escaping @Sendable () -> Void) {
-        body = .block(block)
-        propagatedQoS = QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil)
-        context = flags.contains(.assignCurrentContext) ? ExecutionContext.current : .empty
+        let propagated = QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil)
+        qosClass = propagated.qosClass
+        relativePriority = Int8(propagated.relativePriority)
+        activity = flags.contains(.assignCurrentContext) ? ExecutionContext.current.activity : nil
+        body = { _ in block() }
     }
 
     init(item: WorkItem) {
-        body = .item(item)
-        propagatedQoS = QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil)
-        context = item.assignedContext ?? .empty
+        let propagated = QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil)
+        qosClass = propagated.qosClass
+        relativePriority = Int8(propagated.relativePriority)
+        let context = item.assignedContext ?? .empty
+        activity = context.activity
+        body = { thread in item.run(context: context, qos: thread.effectiveQoS, thread: thread) }
+    }
+
+    /// The QoS the handler brings to its queue (never the setting thread's).
+    var propagatedQoS: QoS {
+        QoS(qosClass: qosClass, relativePriority: Int(relativePriority))
     }
 
     /// Runs the handler on the calling thread, which already runs at the handler's QoS.
     func run(thread: ThreadState) {
-        switch body {
-        case .block(let block):
-            let saved = thread.context
-            thread.context = context
-            block()
-            thread.context = saved
-        case .item(let item):
-            item.run(context: context, qos: thread.effectiveQoS, thread: thread)
-        }
+        let saved = thread.context
+        thread.context = ExecutionContext(activity: activity)
+        body(thread)
+        thread.context = saved
     }
 }

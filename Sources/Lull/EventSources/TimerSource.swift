@@ -32,16 +32,20 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
                                     handle: 0, mask: flags.rawValue, driver: driver))
     }
 
-    /// Schedules the timer on the monotonic clock; replaces any previous schedule.
+    /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
+    /// of the previous schedule not yet delivered are dropped (as in Dispatch).
     public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
+        core.discardPending()
         driver.schedule(TimerDriver.Schedule(start: deadline.uptimeNanoseconds, isWall: false,
                                              interval: TimerDriver.nanoseconds(repeating),
                                              leeway: TimerDriver.nanoseconds(leeway) ?? 0),
                         core: core)
     }
 
-    /// Schedules the timer on the wall clock; replaces any previous schedule.
+    /// Schedules the timer on the wall clock; replaces any previous schedule (dropping its
+    /// undelivered fires).
     public func schedule(wallDeadline: WallDeadline, repeating: Duration? = nil, leeway: Duration = .zero) {
+        core.discardPending()
         driver.schedule(TimerDriver.Schedule(start: wallDeadline.nanosecondsSinceEpoch, isWall: true,
                                              interval: TimerDriver.nanoseconds(repeating),
                                              leeway: TimerDriver.nanoseconds(leeway) ?? 0),
