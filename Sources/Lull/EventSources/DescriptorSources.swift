@@ -34,12 +34,15 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
 final class DescriptorDriver: SourceDriver, ReactorEventHandler {
     let descriptor: Int32
     let forWriting: Bool
-    private let registration = Mutex<DescriptorRegistration?>(nil)
+    /// The libevent event while registered. Set in `register`, removed and freed exactly once
+    /// in `unregister`; the pointer is only handed to the reactor under this lock.
+    private let event = Mutex<EventHandle?>(nil)
     /// The source, set in `register` before the descriptor reaches the reactor (event_add
     /// takes libevent's lock, ordering this write before any callback) and only read by
     /// reactor callbacks. `unowned(unsafe)` avoids a retain cycle and a lock per event: the
     /// core outlives every callback, because `unregister` (which runs before the core can go)
-    /// removes the registration and waits for a callback in progress.
+    /// removes the event and waits for a callback in progress. The driver itself is the
+    /// callback's context and lives as long as its core.
     private nonisolated(unsafe) unowned(unsafe) var core: SourceCore?
     /// Regular files are always "ready" for epoll's purposes and cannot be registered:
     /// their readiness is computed from the file offset instead.
@@ -70,9 +73,12 @@ final class DescriptorDriver: SourceDriver, ReactorEventHandler {
         DescriptorTable.shared.claim(descriptor, identity: found, for: core)
         self.core = core
         do throws(ReactorError) {
-            let registered = try Reactor.shared.register(descriptor: descriptor, forWriting: forWriting,
-                                                         handler: self)
-            registration.withLock { $0 = registered }
+            try event.withLock { event throws(ReactorError) in
+                event = EventHandle(pointer: try Reactor.shared.addEvent(
+                    descriptor: descriptor, forWriting: forWriting, oneShot: false, callback: driverEventCallback,
+                    context: Unmanaged.passUnretained(self).toOpaque()))
+            }
+            Reactor.shared.addInterest()
             return nil
         } catch {
             DescriptorTable.shared.release(descriptor, for: core)
@@ -82,12 +88,13 @@ final class DescriptorDriver: SourceDriver, ReactorEventHandler {
     }
 
     func unregister(_ core: SourceCore) {
-        let registered = registration.withLock { current -> DescriptorRegistration? in
+        let registered = event.withLock { current -> EventHandle? in
             defer { current = nil }
             return current
         }
         if let registered {
-            registered.remove()
+            Reactor.shared.removeEvent(registered.pointer)
+            Reactor.shared.removeInterest()
             DescriptorTable.shared.release(descriptor, for: core)
         }
     }
@@ -159,3 +166,14 @@ extension DescriptorDriver {
 
 /// POLLRDHUP (the peer shut down its writing side), which Glibc's Swift module lacks.
 private let pollReadHangUp: Int16 = 0x2000
+
+/// A libevent event pointer that a lock hands around. `@unchecked Sendable`: the pointer is
+/// only used by the reactor's calls, which libevent serialises with its base lock.
+struct EventHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// The C callback for a read or write source's descriptor: the context is its driver.
+let driverEventCallback: ReactorCallback = { _, _, context in
+    Unmanaged<DescriptorDriver>.fromOpaque(context!).takeUnretainedValue().reactorEvent(readable: true, writable: true)
+}

@@ -16,8 +16,12 @@ final class SourceCore: Sendable {
     let kindName: String
     let target: WorkQueue
     let mergeRule: SourceMerge
-    let handle: UInt
-    let mask: UInt
+    /// What the source watches and its mask, in 32 bits each (descriptors, signal numbers,
+    /// process ids and every mask fit): an idle source is mostly these words.
+    private let handleBits: UInt32
+    private let maskBits: UInt32
+    var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: handleBits)) }
+    var mask: UInt { UInt(maskBits) }
     let driver: any SourceDriver
 
     private let pending = Atomic<UInt>(0)
@@ -33,20 +37,38 @@ final class SourceCore: Sendable {
     private struct State {
         var eventHandler: SourceHandler?
         var cancelHandler: SourceHandler?
-        var registrationHandler: SourceHandler?
+        /// The registration handler and the registration error, boxed: most sources have
+        /// neither, and inline they would make every source larger.
+        var rare: Rare?
+
+        var registrationHandler: SourceHandler? {
+            get { rare?.registrationHandler }
+            set { rareBox().registrationHandler = newValue }
+        }
+
+        var registrationError: EventSourceError? {
+            get { rare?.registrationError }
+            set { rareBox().registrationError = newValue }
+        }
+
+        private mutating func rareBox() -> Rare {
+            if let rare { return rare }
+            let box = Rare()
+            rare = box
+            return box
+        }
         var activated = false
         /// The driver is registered: deliveries may run.
         var registered = false
         var registrationHandlerDue = false
         var cancelHandlerDelivered = false
-        var suspendCount = 0
-        /// Boxed: it is rare, and an inline error would make every source larger.
-        var registrationError: ErrorBox?
+        var suspendCount: Int32 = 0
     }
 
-    final class ErrorBox: Sendable {
-        let error: EventSourceError
-        init(_ error: EventSourceError) { self.error = error }
+    /// `@unchecked Sendable`: only read and written inside `state`'s lock.
+    private final class Rare: @unchecked Sendable {
+        var registrationHandler: SourceHandler?
+        var registrationError: EventSourceError?
     }
 
     private enum Step {
@@ -69,8 +91,8 @@ final class SourceCore: Sendable {
         self.kindName = kindName
         self.target = target ?? WorkQueue.global()
         self.mergeRule = merge
-        self.handle = handle
-        self.mask = mask
+        self.handleBits = UInt32(truncatingIfNeeded: handle)
+        self.maskBits = UInt32(truncatingIfNeeded: mask)
         self.driver = driver
     }
 
@@ -149,14 +171,14 @@ final class SourceCore: Sendable {
     /// No job of the source is posted or running (for tests that wait for quiet).
     var isIdle: Bool { !scheduled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
-    var registrationError: (any Error)? { state.withLock { $0.registrationError?.error } }
+    var registrationError: (any Error)? { state.withLock { $0.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
         let sourceError = error as? EventSourceError
             ?? EventSourceError(subject: label, code: 0, reason: "\(error)")
         state.withLock { state in
-            if state.registrationError == nil { state.registrationError = ErrorBox(sourceError) }
+            if state.registrationError == nil { state.registrationError = sourceError }
         }
         cancel()
     }
@@ -261,7 +283,7 @@ final class SourceCore: Sendable {
             defer {
                 state.eventHandler = nil
                 state.cancelHandler = nil
-                state.registrationHandler = nil
+                state.rare?.registrationHandler = nil
             }
             return [state.cancelHandler, state.eventHandler, state.registrationHandler]
         }

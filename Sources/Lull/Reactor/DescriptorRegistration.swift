@@ -62,8 +62,7 @@ final class DescriptorRegistration: Sendable {
     /// or will run (libevent waits for one running on another thread). Idempotent.
     func remove() {
         guard !removed.exchange(true, ordering: .acquiringAndReleasing), let event else { return }
-        event_del(event)
-        event_free(event)
+        Reactor.shared.removeEvent(event)
         releaseInterest()
     }
 
@@ -80,22 +79,36 @@ extension Reactor {
     func register(descriptor: Int32, forWriting: Bool, oneShot: Bool = false,
                   handler: any ReactorEventHandler) throws(ReactorError) -> DescriptorRegistration {
         let registration = DescriptorRegistration(handler: handler, descriptor: descriptor, oneShot: oneShot)
-        let what = Int16((forWriting ? EV_WRITE : EV_READ) | (oneShot ? 0 : EV_PERSIST | EV_ET))
-        guard let event = makeEvent(descriptor: descriptor, what: what,
-                                    context: Unmanaged.passUnretained(registration).toOpaque()) else {
-            throw ReactorError(descriptor: descriptor, errno: ENOMEM)
-        }
-        registration.event = event
-        errno = 0
-        if event_add(event, nil) != 0 {
-            let failure = errno == 0 ? EINVAL : errno
-            registration.event = nil
-            event_free(event)
-            throw ReactorError(descriptor: descriptor, errno: failure)
-        }
+        registration.event = try addEvent(descriptor: descriptor, forWriting: forWriting, oneShot: oneShot,
+                                          callback: descriptorEventCallback,
+                                          context: Unmanaged.passUnretained(registration).toOpaque())
         // Counted after the add, so that a poller woken by the count finds the event.
         registration.takeInterest()
         return registration
+    }
+
+    /// Creates and adds a libevent event for `descriptor` (edge-triggered and persistent, or
+    /// one-shot) whose callback gets `context`. The caller owns it until `removeEvent`.
+    func addEvent(descriptor: Int32, forWriting: Bool, oneShot: Bool, callback: event_callback_fn,
+                  context: UnsafeMutableRawPointer) throws(ReactorError) -> OpaquePointer {
+        let what = Int16((forWriting ? EV_WRITE : EV_READ) | (oneShot ? 0 : EV_PERSIST | EV_ET))
+        guard let event = makeEvent(descriptor: descriptor, what: what, callback: callback, context: context) else {
+            throw ReactorError(descriptor: descriptor, errno: ENOMEM)
+        }
+        errno = 0
+        if event_add(event, nil) != 0 {
+            let failure = errno == 0 ? EINVAL : errno
+            event_free(event)
+            throw ReactorError(descriptor: descriptor, errno: failure)
+        }
+        return event
+    }
+
+    /// Removes and frees an event from `addEvent`; waits for its callback if one runs on
+    /// another thread.
+    func removeEvent(_ event: OpaquePointer) {
+        event_del(event)
+        event_free(event)
     }
 }
 

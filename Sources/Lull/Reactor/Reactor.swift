@@ -11,6 +11,9 @@ import Glibc
 /// add or remove events; only the leader worker (see `WorkerPool`) runs the loop, one
 /// iteration at a time (`pollOnce`). Changing the timer from another thread wakes the
 /// leader through libevent's own notification descriptor; nothing here wakes periodically.
+/// The C callback of a reactor event: (descriptor, what happened, context).
+typealias ReactorCallback = event_callback_fn
+
 final class Reactor: Sendable {
     static let shared = Reactor(timerFired: { TimerEngine.shared.fire() })
 
@@ -50,10 +53,10 @@ final class Reactor: Sendable {
         timerEvent = timer
     }
 
-    /// A new libevent event on this base for a descriptor (callbacks go to the
-    /// descriptor callback with `context`).
-    func makeEvent(descriptor: Int32, what: Int16, context: UnsafeMutableRawPointer) -> OpaquePointer? {
-        event_new(base, descriptor, what, descriptorEventCallback, context)
+    /// A new libevent event on this base for a descriptor.
+    func makeEvent(descriptor: Int32, what: Int16, callback: event_callback_fn,
+                   context: UnsafeMutableRawPointer) -> OpaquePointer? {
+        event_new(base, descriptor, what, callback, context)
     }
 
     /// True while there is something to poll for.
