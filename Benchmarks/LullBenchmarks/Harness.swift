@@ -63,6 +63,10 @@ struct Benchmark: Sendable {
     let sizeDescription: @Sendable (Parameters) -> String
     /// Performs one run; called in a child process, on its main thread.
     let run: @Sendable (Runtime, Parameters) -> RunOutcome
+    /// With `singleShot`: take `Options.runs` measurements, each in a fresh child process
+    /// (for figures a process cannot measure twice, such as the memory a first use costs),
+    /// and report their median.
+    var freshProcessPerRun = false
 }
 
 /// Command-line options that shape the suite.
@@ -216,6 +220,17 @@ struct Series {
 
     func medianExtra(_ name: String) -> Double? {
         Series.median(extras[name] ?? [])
+    }
+
+    /// Adds the samples, extras, notes and problem of another series of the same benchmark.
+    mutating func absorb(_ other: Series) {
+        samples += other.samples
+        for name in other.extraOrder {
+            if extras[name] == nil { extraOrder.append(name) }
+            extras[name, default: []] += other.extras[name] ?? []
+        }
+        for note in other.notes where !notes.contains(note) { notes.append(note) }
+        if problem == nil { problem = other.problem }
     }
 }
 

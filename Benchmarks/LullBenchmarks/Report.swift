@@ -35,9 +35,11 @@ enum Report {
             + (loadAtStart.map { ", load average \(Format.fixed($0, 2)) at the start" } ?? ""))
         if let warning = loadWarning(loadAtStart) { emit(warning) }
         emit("Each runtime runs each benchmark in a child process of its own. Each figure is the median of the measured")
-        emit("runs after one warm-up run (idle: a single measurement after its own warm-up).")
+        emit("runs after one warm-up run (idle: a single measurement after its own warm-up; idle-read-sources-*:")
+        emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up).")
         emit("Rates (…/s): higher is better, and Lull/Dispatch > 1 means Lull is faster.")
         emit("Idle wake-ups (switches): lower is better, and Lull/Dispatch < 1 means Lull wakes up less.")
+        emit("Memory (bytes/source): lower is better, and Lull/Dispatch < 1 means Lull uses less memory per source.")
         emit("")
 
         let header = ["benchmark", "size", "unit", "Lull", "Dispatch", "Lull/Dispatch"]
@@ -93,6 +95,10 @@ enum Report {
         var text: String
         if benchmark.lowerIsBetter {
             text = "\(Format.grouped(Int(median.rounded()))) \(unit)"
+            if series.samples.count > 1, let low = series.samples.min(), let high = series.samples.max() {
+                text += ", median of \(series.samples.count) runs (min \(Format.grouped(Int(low.rounded()))), "
+                    + "max \(Format.grouped(Int(high.rounded()))))"
+            }
         } else {
             let low = series.samples.min() ?? median
             let high = series.samples.max() ?? median

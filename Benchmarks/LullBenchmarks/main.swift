@@ -8,7 +8,10 @@
 import Glibc
 
 enum Suite {
-    static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all
+    static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
+
+    /// Names that select several benchmarks.
+    static let groups: [String: [String]] = SourceBenchmarks.groups
 
     static func benchmark(named name: String) -> Benchmark? {
         all.first { $0.name == name }
@@ -22,14 +25,20 @@ let usage = """
     own) and prints both figures and the ratio Lull/Dispatch.
 
     benchmarks (default: all):
-    \(Suite.all.map { "  \(Format.padRight($0.name, 17)) \($0.title)" }.joined(separator: "\n"))
+    \(Suite.all.map { "  \(Format.padRight($0.name, 23)) \($0.title)" }.joined(separator: "\n"))
+    \(Suite.groups.sorted { $0.key < $1.key }.map { "  \(Format.padRight($0.key, 23)) all of: \($0.value.joined(separator: ", "))" }
+        .joined(separator: "\n"))
 
     options:
       --quick             smaller N, 3 runs, 1 s idle window
-      --runs N            measured runs after the warm-up run (default 5, quick 3)
+      --runs N            measured runs after the warm-up run (default 5, quick 3); for
+                          idle-read-sources-*: fresh processes measured (each warms up itself)
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
-      --n N               blocks (or calls) per run for every benchmark but idle
-                          (default 1,000,000; async-after 100,000; quick: a tenth, async-after a fifth)
+      --n N               size of one run for every benchmark but idle and idle-read-sources-*:
+                          blocks or calls (default 1,000,000; async-after 100,000; quick: a
+                          tenth, async-after a fifth), ping-pong round trips (30,000; quick
+                          10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
+                          per thread (5,000,000; quick 1,000,000)
       --timeout S         per-run timeout in seconds (default 10)
       --help              this text
     """
@@ -73,8 +82,12 @@ func parse(_ arguments: [String]) -> (Options, [Benchmark]) {
             exit(0)
         default:
             if argument.hasPrefix("-") { fail("unknown option \(argument)") }
-            guard Suite.benchmark(named: argument) != nil else { fail("unknown benchmark \(argument)") }
-            if !names.contains(argument) { names.append(argument) }
+            if let group = Suite.groups[argument] {
+                for name in group where !names.contains(name) { names.append(name) }
+            } else {
+                guard Suite.benchmark(named: argument) != nil else { fail("unknown benchmark \(argument)") }
+                if !names.contains(argument) { names.append(argument) }
+            }
         }
         index += 1
     }
@@ -96,13 +109,26 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
             "\(parameters.runTimeout)", String(options.runs), "\(options.budgetSeconds)",
         ]
         // One run may take up to its timeout; the child stops starting runs after its budget.
-        let childTimeout = benchmark.singleShot
+        let childTimeout = benchmark.freshProcessPerRun
+            ? 2 * parameters.runTimeout + 10
+            : benchmark.singleShot
             ? parameters.runTimeout + IdleBenchmark.settleSeconds + parameters.seconds + 10
             : 2 * parameters.runTimeout + options.budgetSeconds + 10
         let started = Clock.now()
-        let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
+        var runtimeSeries = Series()
+        // Fresh-process benchmarks: one child per measurement, within the same time budget.
+        let processes = benchmark.freshProcessPerRun ? options.runs : 1
+        for index in 0..<processes {
+            if index > 0 && Clock.seconds(from: started, to: Clock.now()) > options.budgetSeconds {
+                runtimeSeries.notes.append("stopped after \(index) of \(processes) processes "
+                    + "(time budget of \(Format.seconds(options.budgetSeconds)))")
+                break
+            }
+            let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
+            runtimeSeries.absorb(ChildReport.series(from: result, timeout: childTimeout))
+            if runtimeSeries.problem != nil { break }
+        }
         let elapsed = Clock.seconds(from: started, to: Clock.now())
-        let runtimeSeries = ChildReport.series(from: result, timeout: childTimeout)
         series[runtime] = runtimeSeries
         emit("   \(Format.padRight(runtime.displayName + ":", 9)) \(Report.describe(runtimeSeries, benchmark))"
             + "  [\(Format.fixed(elapsed, 1)) s]")
