@@ -60,20 +60,29 @@ final class DescriptorTable: Sendable {
     func claim(_ descriptor: Int32, identity: DescriptorIdentity, for core: SourceCore) {
         let index = Int(descriptor)
         let file = identity.folded
+        let watcher = Watcher(file: file, core: core)
+        // In place and without temporaries: registering thousands of sources must not churn
+        // the allocator (the holes it leaves stay in the process's memory).
         let stale = slots.withLock { slots -> [SourceCore] in
             if index >= slots.count {
                 slots.append(contentsOf: repeatElement(Slot(), count: max(index + 1 - slots.count, slots.count)))
             }
-            var slot = slots[index]
-            var watchers = slot.others
-            if let first = slot.first { watchers.insert(first, at: 0) }
-            let staleCores = watchers.filter { $0.file != file }.map(\.core)
-            watchers.removeAll { $0.file != file }
-            watchers.append(Watcher(file: file, core: core))
-            slot.first = watchers.first
-            slot.others = Array(watchers.dropFirst())
-            slots[index] = slot
-            return staleCores
+            var stale: [SourceCore] = []
+            if let first = slots[index].first, first.file != file {
+                stale.append(first.core)
+                slots[index].first = nil
+            }
+            if slots[index].others.contains(where: { $0.file != file }) {
+                stale.append(contentsOf: slots[index].others.lazy.filter { $0.file != file }.map(\.core))
+                slots[index].others.removeAll { $0.file != file }
+            }
+            if slots[index].first == nil {
+                slots[index].first = slots[index].others.isEmpty ? watcher : slots[index].others.removeFirst()
+                if slots[index].first?.core !== core { slots[index].others.append(watcher) }
+            } else {
+                slots[index].others.append(watcher)
+            }
+            return stale
         }
         for old in stale {
             old.fail(EventSourceError(subject: "\(old.label): descriptor \(descriptor)", code: EBADF,
@@ -85,13 +94,11 @@ final class DescriptorTable: Sendable {
         let index = Int(descriptor)
         slots.withLock { slots in
             guard index < slots.count else { return }
-            var slot = slots[index]
-            if slot.first?.core === core {
-                slot.first = slot.others.isEmpty ? nil : slot.others.removeFirst()
+            if slots[index].first?.core === core {
+                slots[index].first = slots[index].others.isEmpty ? nil : slots[index].others.removeFirst()
             } else {
-                slot.others.removeAll { $0.core === core }
+                slots[index].others.removeAll { $0.core === core }
             }
-            slots[index] = slot
         }
     }
 }

@@ -7,8 +7,9 @@
 /// Kept small (32 bytes: a closure, an activity reference, two bytes of QoS) because every
 /// source stores three of them.
 struct SourceHandler: Sendable {
-    /// The block to run; a work item is wrapped so that it completes (notify, wait) as such.
-    private let body: @Sendable (ThreadState) -> Void
+    /// The block to run, stored as given (no wrapper to allocate); a work item is wrapped so
+    /// that it completes (notify, wait) as such.
+    private let body: @Sendable () -> Void
     private let activity: Activity?
     private let qosClass: QoS.QoSClass
     private let relativePriority: Int8
@@ -18,7 +19,7 @@ struct SourceHandler: Sendable {
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
         activity = flags.contains(.assignCurrentContext) ? ExecutionContext.current.activity : nil
-        body = { _ in block() }
+        body = block
     }
 
     init(item: WorkItem) {
@@ -27,7 +28,10 @@ struct SourceHandler: Sendable {
         relativePriority = Int8(propagated.relativePriority)
         let context = item.assignedContext ?? .empty
         activity = context.activity
-        body = { thread in item.run(context: context, qos: thread.effectiveQoS, thread: thread) }
+        body = {
+            let thread = ThreadState.current
+            item.run(context: context, qos: thread.effectiveQoS, thread: thread)
+        }
     }
 
     /// The QoS the handler brings to its queue (never the setting thread's).
@@ -39,7 +43,7 @@ struct SourceHandler: Sendable {
     func run(thread: ThreadState) {
         let saved = thread.context
         thread.context = ExecutionContext(activity: activity)
-        body(thread)
+        body()
         thread.context = saved
     }
 }
