@@ -31,18 +31,16 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
 }
 
 /// Watches one descriptor for a read or write source; receives its reactor events itself.
-final class DescriptorDriver: SourceDriver, ReactorEventHandler {
+final class DescriptorDriver: SourceDriver {
     let descriptor: Int32
     let forWriting: Bool
-    /// The libevent event while registered. Set in `register`, removed and freed exactly once
-    /// in `unregister`; the pointer is only handed to the reactor under this lock.
-    private let event = Mutex<EventHandle?>(nil)
-    /// The source, set in `register` before the descriptor reaches the reactor (event_add
-    /// takes libevent's lock, ordering this write before any callback) and only read by
-    /// reactor callbacks. `unowned(unsafe)` avoids a retain cycle and a lock per event: the
-    /// core outlives every callback, because `unregister` (which runs before the core can go)
-    /// removes the event and waits for a callback in progress. The driver itself is the
-    /// callback's context and lives as long as its core.
+    /// The descriptor's mux while registered (shared with other sources on the descriptor).
+    private let mux = Mutex<DescriptorMux?>(nil)
+    /// The source, set in `register` before the driver joins its mux (under the mux's lock,
+    /// which orders this write before any callback) and only read by reactor callbacks, under
+    /// that lock. `unowned(unsafe)` avoids a retain cycle: the core outlives every callback,
+    /// because `unregister` (which runs before the core can go) detaches the driver from the
+    /// mux, after which no callback reaches it.
     private nonisolated(unsafe) unowned(unsafe) var core: SourceCore?
     /// Regular files are always "ready" for epoll's purposes and cannot be registered:
     /// their readiness is computed from the file offset instead.
@@ -70,32 +68,24 @@ final class DescriptorDriver: SourceDriver, ReactorEventHandler {
             core.merge(1)
             return nil
         }
-        DescriptorTable.shared.claim(descriptor, identity: found, for: core)
         self.core = core
         do throws(ReactorError) {
-            try event.withLock { event throws(ReactorError) in
-                event = EventHandle(pointer: try Reactor.shared.addEvent(
-                    descriptor: descriptor, forWriting: forWriting, oneShot: false, callback: driverEventCallback,
-                    context: Unmanaged.passUnretained(self).toOpaque()))
-            }
-            Reactor.shared.addInterest()
+            let joined = try DescriptorTable.shared.attach(self, identity: found, label: subject)
+            mux.withLock { $0 = joined }
             return nil
         } catch {
-            DescriptorTable.shared.release(descriptor, for: core)
             return EventSourceError(subject: subject, code: error.errno,
                                     reason: "the reactor refused it: \(String(cString: strerror(error.errno)))")
         }
     }
 
     func unregister(_ core: SourceCore) {
-        let registered = event.withLock { current -> EventHandle? in
+        let joined = mux.withLock { current -> DescriptorMux? in
             defer { current = nil }
             return current
         }
-        if let registered {
-            Reactor.shared.removeEvent(registered.pointer)
-            Reactor.shared.removeInterest()
-            DescriptorTable.shared.release(descriptor, for: core)
+        if let joined {
+            DescriptorTable.shared.release(joined, ifEmptyAfter: self)
         }
     }
 
@@ -157,10 +147,19 @@ final class DescriptorDriver: SourceDriver, ReactorEventHandler {
 }
 
 extension DescriptorDriver {
-    /// On the polling thread: new readiness (an end of file may be reported again after it).
-    func reactorEvent(readable: Bool, writable: Bool) {
+    /// On the polling thread, under the mux's lock: new readiness (an end of file may be
+    /// reported again after it).
+    func readinessReported() {
         endOfFileDelivered.store(false, ordering: .releasing)
         core?.merge(1)
+    }
+
+    /// The descriptor was closed and its number reused for another file: this source can
+    /// only be cancelled, with the reason.
+    func staleDescriptor() {
+        mux.withLock { $0 = nil }
+        core?.fail(EventSourceError(subject: "\(core?.label ?? "source"): descriptor \(descriptor)", code: EBADF,
+                                    reason: "the descriptor was closed while its source was registered, and its number reused"))
     }
 }
 
@@ -171,9 +170,4 @@ private let pollReadHangUp: Int16 = 0x2000
 /// only used by the reactor's calls, which libevent serialises with its base lock.
 struct EventHandle: @unchecked Sendable {
     let pointer: OpaquePointer
-}
-
-/// The C callback for a read or write source's descriptor: the context is its driver.
-let driverEventCallback: ReactorCallback = { _, _, context in
-    Unmanaged<DescriptorDriver>.fromOpaque(context!).takeUnretainedValue().reactorEvent(readable: true, writable: true)
 }

@@ -31,74 +31,194 @@ struct DescriptorIdentity: Equatable, Sendable {
     }
 }
 
-/// Which sources watch which descriptor numbers.
+/// The read and write sources on one descriptor number share one libevent event per
+/// direction, as Dispatch's "muxnote" does: a descriptor with several sources costs one
+/// registration, and the reactor callback hands each event to every source on it.
+///
+/// Reactor callbacks deliver under the mux's lock, and `detach` takes that lock: once a
+/// source is detached, no callback can reach it. Events are deleted outside the lock
+/// (deleting waits for a callback in progress, which may be waiting for the lock).
+final class DescriptorMux: Sendable {
+    let descriptor: Int32
+    /// The open file behind the number (device and inode folded) when the mux was made.
+    let file: UInt64
+
+    private struct Direction {
+        var first: DescriptorDriver?
+        var others: [DescriptorDriver] = []
+        var event: EventHandle?
+
+        var isEmpty: Bool { first == nil }
+
+        mutating func add(_ driver: DescriptorDriver) {
+            if first == nil { first = driver } else { others.append(driver) }
+        }
+
+        mutating func remove(_ driver: DescriptorDriver) -> Bool {
+            if first === driver {
+                first = others.isEmpty ? nil : others.removeFirst()
+                return true
+            }
+            guard let index = others.firstIndex(where: { $0 === driver }) else { return false }
+            others.remove(at: index)
+            return true
+        }
+
+        func forEach(_ body: (DescriptorDriver) -> Void) {
+            guard let first else { return }
+            body(first)
+            for driver in others { body(driver) }
+        }
+    }
+
+    private struct State {
+        var readers = Direction()
+        var writers = Direction()
+        var retired = false
+    }
+
+    private let state = Mutex<State>(State())
+
+    init(descriptor: Int32, file: UInt64) {
+        self.descriptor = descriptor
+        self.file = file
+    }
+
+    /// Adds a source's driver; registers the direction's event if it is the first.
+    func attach(_ driver: DescriptorDriver) throws(ReactorError) {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        try state.withLock { state throws(ReactorError) in
+            if driver.forWriting {
+                if state.writers.event == nil {
+                    state.writers.event = EventHandle(pointer: try Reactor.shared.addEvent(
+                        descriptor: descriptor, forWriting: true, oneShot: false,
+                        callback: muxEventCallback, context: context))
+                    Reactor.shared.addInterest()
+                }
+                state.writers.add(driver)
+            } else {
+                if state.readers.event == nil {
+                    state.readers.event = EventHandle(pointer: try Reactor.shared.addEvent(
+                        descriptor: descriptor, forWriting: false, oneShot: false,
+                        callback: muxEventCallback, context: context))
+                    Reactor.shared.addInterest()
+                }
+                state.readers.add(driver)
+            }
+        }
+    }
+
+    /// Removes a driver. When this returns no callback reaches it. Returns true when the mux
+    /// has no source left (its events are gone).
+    func detach(_ driver: DescriptorDriver) -> Bool {
+        var unused: EventHandle?
+        let empty = state.withLock { state -> Bool in
+            if driver.forWriting {
+                if state.writers.remove(driver), state.writers.isEmpty {
+                    unused = state.writers.event
+                    state.writers.event = nil
+                }
+            } else if state.readers.remove(driver), state.readers.isEmpty {
+                unused = state.readers.event
+                state.readers.event = nil
+            }
+            return state.readers.isEmpty && state.writers.isEmpty
+        }
+        if let unused {
+            Reactor.shared.removeEvent(unused.pointer)
+            Reactor.shared.removeInterest()
+        }
+        return empty
+    }
+
+    /// The descriptor number now names another file: drop both events and return the
+    /// drivers still attached (their sources are cancelled by the caller).
+    func retire() -> [DescriptorDriver] {
+        var events: [EventHandle] = []
+        let drivers = state.withLock { state -> [DescriptorDriver] in
+            state.retired = true
+            var drivers: [DescriptorDriver] = []
+            state.readers.forEach { drivers.append($0) }
+            state.writers.forEach { drivers.append($0) }
+            if let event = state.readers.event { events.append(event) }
+            if let event = state.writers.event { events.append(event) }
+            state = State()
+            state.retired = true
+            return drivers
+        }
+        for event in events {
+            Reactor.shared.removeEvent(event.pointer)
+            Reactor.shared.removeInterest()
+        }
+        return drivers
+    }
+
+    /// On the polling thread: readiness of one direction.
+    fileprivate func fired(readable: Bool) {
+        state.withLock { state in
+            if readable {
+                state.readers.forEach { $0.readinessReported() }
+            } else {
+                state.writers.forEach { $0.readinessReported() }
+            }
+        }
+    }
+}
+
+/// The C callback of a mux's events: the context is the mux, `what` the direction.
+let muxEventCallback: ReactorCallback = { _, what, context in
+    Unmanaged<DescriptorMux>.fromOpaque(context!).takeUnretainedValue().fired(readable: what & 0x02 != 0)
+}
+
+/// The descriptor numbers watched by read and write sources, each with its mux.
 ///
 /// epoll forgets a descriptor silently when the program closes it, while libevent still
 /// believes it is registered and would not register the number again for a new file. So
 /// when a number comes back for a different file, the sources still registered on the old
 /// one are cancelled first, with the reason in `registrationError`.
 ///
-/// Indexed by descriptor number (descriptors are small, dense integers), with 16 bytes per
-/// slot: the common case of one source per descriptor needs no allocation of its own.
+/// Indexed by descriptor number (descriptors are small, dense integers): 8 bytes per number.
 final class DescriptorTable: Sendable {
     static let shared = DescriptorTable()
 
-    private struct Watcher {
-        /// The file's device and inode, folded into one word.
-        let file: UInt64
-        let core: SourceCore
-    }
+    private let muxes = Mutex<[DescriptorMux?]>([])
 
-    private struct Slot {
-        var first: Watcher?
-        /// Further sources on the same descriptor (a read and a write source, say).
-        var others: [Watcher] = []
-    }
-
-    private let slots = Mutex<[Slot]>([])
-
-    func claim(_ descriptor: Int32, identity: DescriptorIdentity, for core: SourceCore) {
+    /// Attaches `driver` to the mux of its descriptor (making it, or replacing a stale one).
+    func attach(_ driver: DescriptorDriver, identity: DescriptorIdentity, label: @autoclosure () -> String) throws(ReactorError) -> DescriptorMux {
+        let descriptor = driver.descriptor
         let index = Int(descriptor)
         let file = identity.folded
-        let watcher = Watcher(file: file, core: core)
-        // In place and without temporaries: registering thousands of sources must not churn
-        // the allocator (the holes it leaves stay in the process's memory).
-        let stale = slots.withLock { slots -> [SourceCore] in
-            if index >= slots.count {
-                slots.append(contentsOf: repeatElement(Slot(), count: max(index + 1 - slots.count, slots.count)))
+        let (mux, stale) = muxes.withLock { muxes -> (DescriptorMux, DescriptorMux?) in
+            if index >= muxes.count {
+                muxes.append(contentsOf: repeatElement(nil, count: max(index + 1 - muxes.count, muxes.count)))
             }
-            var stale: [SourceCore] = []
-            if let first = slots[index].first, first.file != file {
-                stale.append(first.core)
-                slots[index].first = nil
-            }
-            if slots[index].others.contains(where: { $0.file != file }) {
-                stale.append(contentsOf: slots[index].others.lazy.filter { $0.file != file }.map(\.core))
-                slots[index].others.removeAll { $0.file != file }
-            }
-            if slots[index].first == nil {
-                slots[index].first = slots[index].others.isEmpty ? watcher : slots[index].others.removeFirst()
-                if slots[index].first?.core !== core { slots[index].others.append(watcher) }
-            } else {
-                slots[index].others.append(watcher)
-            }
-            return stale
+            if let current = muxes[index], current.file == file { return (current, nil) }
+            let fresh = DescriptorMux(descriptor: descriptor, file: file)
+            let stale = muxes[index]
+            muxes[index] = fresh
+            return (fresh, stale)
         }
-        for old in stale {
-            old.fail(EventSourceError(subject: "\(old.label): descriptor \(descriptor)", code: EBADF,
-                                      reason: "the descriptor was closed while its source was registered, and its number reused"))
+        // The old file's events must leave the reactor before the number is registered again.
+        if let stale {
+            for old in stale.retire() {
+                old.staleDescriptor()
+            }
         }
+        do {
+            try mux.attach(driver)
+        } catch {
+            release(mux, ifEmptyAfter: driver)
+            throw error
+        }
+        return mux
     }
 
-    func release(_ descriptor: Int32, for core: SourceCore) {
-        let index = Int(descriptor)
-        slots.withLock { slots in
-            guard index < slots.count else { return }
-            if slots[index].first?.core === core {
-                slots[index].first = slots[index].others.isEmpty ? nil : slots[index].others.removeFirst()
-            } else {
-                slots[index].others.removeAll { $0.core === core }
-            }
+    /// Detaches `driver`; forgets the mux when it has no source left.
+    func release(_ mux: DescriptorMux, ifEmptyAfter driver: DescriptorDriver) {
+        guard mux.detach(driver) else { return }
+        let index = Int(mux.descriptor)
+        muxes.withLock { muxes in
+            if index < muxes.count, muxes[index] === mux { muxes[index] = nil }
         }
     }
 }
