@@ -358,6 +358,9 @@ static int lull_fill_status(int dirfd, const char *path, int flags, lull_object_
         status->link_count = (uint64_t)plain.st_nlink;
         status->size = (int64_t)plain.st_size;
         status->mount_id = 0;
+        status->mode = (uint32_t)plain.st_mode;
+        status->owner = (uint32_t)plain.st_uid;
+        status->group = (uint32_t)plain.st_gid;
         status->is_directory = S_ISDIR(plain.st_mode) ? 1 : 0;
         status->is_symbolic_link = S_ISLNK(plain.st_mode) ? 1 : 0;
         return 0;
@@ -367,6 +370,9 @@ static int lull_fill_status(int dirfd, const char *path, int flags, lull_object_
     status->link_count = info.stx_nlink;
     status->size = (int64_t)info.stx_size;
     status->mount_id = (info.stx_mask & STATX_MNT_ID) ? info.stx_mnt_id : 0;
+    status->mode = info.stx_mode;
+    status->owner = info.stx_uid;
+    status->group = info.stx_gid;
     status->is_directory = S_ISDIR(info.stx_mode) ? 1 : 0;
     status->is_symbolic_link = S_ISLNK(info.stx_mode) ? 1 : 0;
     return 0;
@@ -461,4 +467,10 @@ const char *lull_directory_next(void *stream, int *is_directory) {
 
 void lull_directory_close(void *stream) {
     if (stream != NULL) closedir((DIR *)stream);
+}
+
+#include <sched.h>
+
+int lull_unshare_user_namespace(void) {
+    return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
 }

@@ -162,6 +162,10 @@ typedef struct {
     int64_t size;
     /// The mount the descriptor was opened through (statx STATX_MNT_ID), 0 when unknown.
     uint64_t mount_id;
+    /// Permission bits and owner, to tell a metadata change that came with a link change.
+    uint32_t mode;
+    uint32_t owner;
+    uint32_t group;
     int is_directory;
     int is_symbolic_link;
 } lull_object_status;
@@ -190,5 +194,10 @@ void *lull_directory_open(int dirfd, const char *path);
 const char *lull_directory_next(void *stream, int *is_directory);
 /// Closes a stream from lull_directory_open (its descriptor exactly once).
 void lull_directory_close(void *stream);
+
+/// Moves the calling process, which must be single-threaded (a child just forked), into a
+/// new user namespace (unshare CLONE_NEWUSER): 0 or errno. The inotify limits are per user
+/// namespace, so a child can lower them for itself (tests of the limit errors).
+int lull_unshare_user_namespace(void);
 
 #endif

@@ -49,6 +49,9 @@ final class InotifyWatch: @unchecked Sendable {
     // Baselines for the mapping, refreshed from the pin.
     var linkCount: UInt64 = 0
     var size: Int64 = 0
+    /// Mode, owner and group: a change of these is `.attrib` even when the same IN_ATTRIB
+    /// also carried a link-count change.
+    var ownership: (mode: UInt32, owner: UInt32, group: UInt32) = (0, 0, 0)
     var deleteReported = false
     var revokeReported = false
 
@@ -70,6 +73,7 @@ final class InotifyWatch: @unchecked Sendable {
         self.linkCount = status.link_count
         self.size = status.size
         self.mountID = status.mount_id
+        self.ownership = (status.mode, status.owner, status.group)
     }
 
     /// The sources on this watch want the link count of their directory followed through
@@ -90,6 +94,7 @@ final class InotifyWatch: @unchecked Sendable {
         guard let status = currentStatus() else { return }
         linkCount = status.link_count
         size = status.size
+        ownership = (status.mode, status.owner, status.group)
     }
 
     /// "/proc/self/fd/N": the magic link through which inotify_add_watch reaches the
@@ -102,8 +107,9 @@ final class InotifyWatch: @unchecked Sendable {
 /// Receives raw inotify events of the watches it leased (the tree watcher).
 protocol InotifyObserver: AnyObject, Sendable {
     /// On the polling thread (or the thread that drains), outside the hub's lock: the hub
-    /// may be called from here. `watch` identifies the watch the events belong to.
-    func inotifyEvents(_ events: [(watch: ObjectIdentifier, event: InotifyEvent)])
+    /// may be called from here. `watch` is the watch the event belongs to (held, so that its
+    /// identity cannot be reused by a new watch while the events are in flight).
+    func inotifyEvents(_ events: [(watch: InotifyWatch, event: InotifyEvent)])
     /// The kernel's queue overflowed: events were lost, for every watch.
     func inotifyOverflowed()
 }
