@@ -125,8 +125,9 @@ final class DescriptorMux: Sendable {
             return state.readers.isEmpty && state.writers.isEmpty
         }
         if let unused {
-            Reactor.shared.removeEvent(unused.pointer)
+            // Uncounted first: the interest never counts an event libevent no longer has.
             Reactor.shared.removeInterest()
+            Reactor.shared.removeEvent(unused.pointer)
         }
         return empty
     }
@@ -147,8 +148,8 @@ final class DescriptorMux: Sendable {
             return drivers
         }
         for event in events {
-            Reactor.shared.removeEvent(event.pointer)
             Reactor.shared.removeInterest()
+            Reactor.shared.removeEvent(event.pointer)
         }
         return drivers
     }

@@ -62,8 +62,9 @@ final class DescriptorRegistration: Sendable {
     /// or will run (libevent waits for one running on another thread). Idempotent.
     func remove() {
         guard !removed.exchange(true, ordering: .acquiringAndReleasing), let event else { return }
-        Reactor.shared.removeEvent(event)
+        // Uncounted first: the interest never counts an event libevent no longer has.
         releaseInterest()
+        Reactor.shared.removeEvent(event)
     }
 
     fileprivate func fired(_ what: Int16) {

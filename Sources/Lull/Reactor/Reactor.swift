@@ -95,10 +95,11 @@ final class Reactor: Sendable {
                 if !wasArmed { addInterest() }
             } else if armed != nil {
                 armed = nil
+                // Uncounted first: the interest never counts an event libevent no longer has.
+                removeInterest()
                 // Never blocks: this runs on the polling thread (inside the timer callback)
                 // or with no callback of the timer running.
                 event_del_noblock(timerEvent)
-                removeInterest()
             }
         }
     }
