@@ -82,7 +82,15 @@ uint32_t lull_atomic_exchange(uint32_t *address, uint32_t value) {
 
 enum { PARK_EMPTY = 0, PARK_NOTIFIED = 1, PARK_PARKED = 2 };
 
+static int lull_park_inner(uint32_t *word, const struct timespec *deadline);
+
 int lull_park(uint32_t *word, const struct timespec *deadline) {
+    int result = lull_park_inner(word, deadline);
+    if (result == 0) lull_tsan_acquire(word);
+    return result;
+}
+
+static int lull_park_inner(uint32_t *word, const struct timespec *deadline) {
     uint32_t expected = PARK_NOTIFIED;
     if (__atomic_compare_exchange_n(word, &expected, PARK_EMPTY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return 0;
@@ -106,6 +114,7 @@ int lull_park(uint32_t *word, const struct timespec *deadline) {
 }
 
 void lull_unpark(uint32_t *word) {
+    lull_tsan_release(word);
     if (__atomic_exchange_n(word, PARK_NOTIFIED, __ATOMIC_RELEASE) == PARK_PARKED)
         lull_futex_wake(word, 1);
 }
@@ -239,7 +248,41 @@ long long lull_file_bytes_after_offset(int fd) {
 
 // MARK: Locks
 
-void lull_lock_slow(uint32_t *word) {
+#if defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define LULL_TSAN 1
+#  endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#  define LULL_TSAN 1
+#endif
+
+#ifdef LULL_TSAN
+void __tsan_acquire(void *address);
+void __tsan_release(void *address);
+void lull_tsan_acquire(const void *address) { __tsan_acquire((void *)address); }
+void lull_tsan_release(const void *address) { __tsan_release((void *)address); }
+#else
+void lull_tsan_acquire(const void *address) { (void)address; }
+void lull_tsan_release(const void *address) { (void)address; }
+#endif
+
+static void lull_lock_slow(uint32_t *word);
+
+void lull_lock(uint32_t *word) {
+    uint32_t expected = 0;
+    if (!__builtin_expect(__atomic_compare_exchange_n(word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 1))
+        lull_lock_slow(word);
+    lull_tsan_acquire(word);
+}
+
+void lull_unlock(uint32_t *word) {
+    lull_tsan_release(word);
+    if (__atomic_exchange_n(word, 0, __ATOMIC_RELEASE) != 1)
+        lull_futex_wake(word, 1);
+}
+
+static void lull_lock_slow(uint32_t *word) {
     for (int spin = 0; spin < 200; spin++) {
         uint32_t expected = 0;
         if (__atomic_load_n(word, __ATOMIC_RELAXED) == 0 &&
@@ -257,10 +300,6 @@ void lull_lock_slow(uint32_t *word) {
     }
 }
 
-void lull_unlock_slow(uint32_t *word) {
-    // The word was 2: someone may sleep on it.
-    lull_futex_wake(word, 1);
-}
 
 // MARK: Clock changes
 

@@ -12,10 +12,10 @@ final class IndexCounts: Sendable {
     }
 
     func hit(_ index: Int) {
-        counts.withLock { $0[index] += 1 }
+        counts.locked { $0[index] += 1 }
     }
 
-    var values: [Int] { counts.withLock { $0 } }
+    var values: [Int] { counts.locked { $0 } }
 }
 
 extension LullSuite {
@@ -46,9 +46,9 @@ extension LullSuite {
             // The body is not escaping and not @Sendable: it may capture a local lock.
             let total = Mutex(0)
             WorkQueue.concurrentPerform(iterations: 1_000) { index in
-                total.withLock { $0 += index }
+                total.locked { $0 += index }
             }
-            #expect(total.withLock { $0 } == 499_500)
+            #expect(total.locked { $0 } == 499_500)
         }
 
         @Test(.enabled(if: onlineCPUs >= 2, "needs two CPUs"))
@@ -65,10 +65,10 @@ extension LullSuite {
             let threads = Mutex<Set<Int32>>([])
             let rendezvous = Rendezvous(parties: 2)
             WorkQueue.concurrentPerform(iterations: 2) { _ in
-                threads.withLock { _ = $0.insert(ThreadIdentity.current.tid) }
+                threads.locked { _ = $0.insert(ThreadIdentity.current.tid) }
                 rendezvous.arrive()
             }
-            #expect(threads.withLock { $0.count } == 2)
+            #expect(threads.locked { $0.count } == 2)
         }
 
         @Test func nestedUseRunsEveryPairExactlyOnce() {

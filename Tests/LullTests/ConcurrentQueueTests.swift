@@ -60,12 +60,12 @@ extension LullSuite {
             let done = Counter()
             for index in 0..<count {
                 queue.async {
-                    runs.withLock { $0[index] += 1 }
+                    runs.locked { $0[index] += 1 }
                     done.increment()
                 }
             }
             #expect(waitUntil { done.value == count })
-            #expect(runs.withLock { $0.allSatisfy { $0 == 1 } })
+            #expect(runs.locked { $0.allSatisfy { $0 == 1 } })
         }
 
         @Test func globalQueuesRunEveryBlock() {
@@ -133,13 +133,13 @@ extension LullSuite {
                         overlap.enter()
                         if barriersDone.value != round { violations.append("block of round \(round) ran after barrier \(barriersDone.value)") }
                         spin(microseconds: 50)
-                        completedInRound.withLock { $0[round] += 1 }
+                        completedInRound.locked { $0[round] += 1 }
                         overlap.exit()
                     }
                 }
                 queue.async(flags: .barrier) {
                     if overlap.running != 0 { violations.append("barrier \(round) overlapped a block") }
-                    let done = completedInRound.withLock { $0[round] }
+                    let done = completedInRound.locked { $0[round] }
                     if done != perRound { violations.append("barrier \(round) saw \(done) of \(perRound) blocks") }
                     spin(microseconds: 200)
                     if overlap.running != 0 { violations.append("a block ran during barrier \(round)") }

@@ -143,14 +143,14 @@ enum FileSystemTestKit {
 final class FileSystemEventLog: Sendable {
     private let calls = Mutex<[FileSystemEvent]>([])
 
-    func record(_ events: FileSystemEvent) { calls.withLock { $0.append(events) } }
+    func record(_ events: FileSystemEvent) { calls.locked { $0.append(events) } }
 
-    var values: [FileSystemEvent] { calls.withLock { $0 } }
-    var count: Int { calls.withLock { $0.count } }
-    var union: FileSystemEvent { calls.withLock { $0.reduce([]) { $0.union($1) } } }
+    var values: [FileSystemEvent] { calls.locked { $0 } }
+    var count: Int { calls.locked { $0.count } }
+    var union: FileSystemEvent { calls.locked { $0.reduce([]) { $0.union($1) } } }
 
     /// Forgets what was delivered so far.
-    func reset() { calls.withLock { $0.removeAll() } }
+    func reset() { calls.locked { $0.removeAll() } }
 
     /// Waits until everything in `events` was delivered.
     @discardableResult

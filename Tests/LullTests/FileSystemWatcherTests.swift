@@ -11,14 +11,14 @@ final class TreeChangeLog: Sendable {
 
     func record(_ batch: [Change]) {
         let now = monotonicNanoseconds()
-        batches.withLock { $0.append((now, batch)) }
+        batches.locked { $0.append((now, batch)) }
     }
 
-    var all: [Change] { batches.withLock { $0.flatMap(\.changes) } }
-    var batchCount: Int { batches.withLock { $0.count } }
-    var firstBatchTime: UInt64? { batches.withLock { $0.first?.at } }
+    var all: [Change] { batches.locked { $0.flatMap(\.changes) } }
+    var batchCount: Int { batches.locked { $0.count } }
+    var firstBatchTime: UInt64? { batches.locked { $0.first?.at } }
 
-    func reset() { batches.withLock { $0.removeAll() } }
+    func reset() { batches.locked { $0.removeAll() } }
 
     func contains(_ kind: Change.Kind, _ path: String) -> Bool {
         all.contains { $0.kind == kind && $0.path == path }

@@ -37,7 +37,7 @@ extension LullSuite {
                 let available = source.data
                 seen.append(available)
                 let bytes = SourceTestKit.readSome(reader, max: Int(available))
-                received.withLock { $0 += bytes }
+                received.locked { $0 += bytes }
             }
             source.setCancelHandler {
                 close(reader)
@@ -52,7 +52,7 @@ extension LullSuite {
             #expect(waitFor(seconds: 10) { seen.count == 2 })
             #expect(keepsHolding(for: .milliseconds(200)) { seen.count == 2 })
             #expect(seen.values == [5, 1_000])
-            #expect(received.withLock { $0 } == Array("hello".utf8) + thousand)
+            #expect(received.locked { $0 } == Array("hello".utf8) + thousand)
             source.cancel()
             #expect(waitFor(seconds: 10) { cancelled.isSet })
         }
@@ -96,7 +96,7 @@ extension LullSuite {
                     source.cancel()
                 } else {
                     let bytes = SourceTestKit.readSome(reader, max: Int(available))
-                    received.withLock { $0 += bytes }
+                    received.locked { $0 += bytes }
                 }
             }
             source.setCancelHandler {
@@ -109,7 +109,7 @@ extension LullSuite {
             source.activate()
             #expect(waitFor(seconds: 10) { cancelled.isSet }, "no end-of-file delivery after the data: \(seen.values)")
             #expect(seen.values == [3, 0])
-            #expect(received.withLock { $0 } == [1, 2, 3])
+            #expect(received.locked { $0 } == [1, 2, 3])
         }
 
         @Test(arguments: SourceByteChannel.allCases)
@@ -122,7 +122,7 @@ extension LullSuite {
             source.setEventHandler {
                 seen.append(source.data)
                 let bytes = SourceTestKit.readSome(reader, max: 1)
-                received.withLock { $0 += bytes }
+                received.locked { $0 += bytes }
             }
             source.setCancelHandler {
                 close(reader)
@@ -135,7 +135,7 @@ extension LullSuite {
             // Drained: no further call while nothing changes (no spinning).
             #expect(keepsHolding(for: .milliseconds(300)) { seen.count == 10 }, "calls: \(seen.values)")
             #expect(seen.values == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1])
-            #expect(received.withLock { $0 } == Array(1...10))
+            #expect(received.locked { $0 } == Array(1...10))
             // And it wakes again for new data.
             #expect(SourceTestKit.writeAll(writer, [42, 43]) == 2)
             #expect(waitFor(seconds: 10) { seen.count == 12 })

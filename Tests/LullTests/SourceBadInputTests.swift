@@ -90,14 +90,14 @@ extension LullSuite {
                     close(oldWrite)
                     // The number is free now: take it at once for a new pipe.
                     let made = try? SourceTestKit.makePipe(reusing: oldRead)
-                    fresh.withLock { $0 = made ?? (-1, -1) }
+                    fresh.locked { $0 = made ?? (-1, -1) }
                 }
                 sourceA.activate()
                 #expect(SourceTestKit.writeAll(oldWrite, Array("old".utf8)) == 3)
                 #expect(waitFor(seconds: 10) { stepsA.count >= 2 })
                 sourceA.cancel()
-                #expect(waitFor(seconds: 10) { fresh.withLock { $0 != nil } })
-                guard let (newRead, newWrite) = fresh.withLock({ $0 }), newRead >= 0 else {
+                #expect(waitFor(seconds: 10) { fresh.locked { $0 != nil } })
+                guard let (newRead, newWrite) = fresh.locked({ $0 }), newRead >= 0 else {
                     Issue.record("round \(round): no new pipe")
                     return
                 }
@@ -107,7 +107,7 @@ extension LullSuite {
                 let cancelledB = Flag()
                 sourceB.setEventHandler {
                     let bytes = SourceTestKit.readSome(newRead, max: 4096)
-                    receivedB.withLock { $0 += bytes }
+                    receivedB.locked { $0 += bytes }
                 }
                 sourceB.setCancelHandler {
                     close(newRead)
@@ -116,8 +116,8 @@ extension LullSuite {
                 }
                 sourceB.activate()
                 #expect(SourceTestKit.writeAll(newWrite, Array("new data for B".utf8)) == 14)
-                #expect(waitFor(seconds: 10) { receivedB.withLock { $0.count } >= 14 })
-                #expect(receivedB.withLock { $0 } == Array("new data for B".utf8))
+                #expect(waitFor(seconds: 10) { receivedB.locked { $0.count } >= 14 })
+                #expect(receivedB.locked { $0 } == Array("new data for B".utf8))
                 #expect(sourceB.registrationError == nil)
                 #expect(!sourceB.isCancelled)
                 // A: events, then its cancel handler once, and nothing after it.
@@ -155,7 +155,7 @@ extension LullSuite {
             let cancelledB = Flag()
             sourceB.setEventHandler {
                 let bytes = SourceTestKit.readSome(newRead, max: 4096)
-                receivedB.withLock { $0 += bytes }
+                receivedB.locked { $0 += bytes }
             }
             sourceB.setCancelHandler {
                 close(newRead)
@@ -168,8 +168,8 @@ extension LullSuite {
             #expect(sourceA.registrationError != nil)
             #expect(description.contains("descriptor \(number)"), "registrationError: \(description)")
             #expect(SourceTestKit.writeAll(newWrite, Array("fresh".utf8)) == 5)
-            #expect(waitFor(seconds: 10) { receivedB.withLock { $0.count } >= 5 })
-            #expect(receivedB.withLock { $0 } == Array("fresh".utf8))
+            #expect(waitFor(seconds: 10) { receivedB.locked { $0.count } >= 5 })
+            #expect(receivedB.locked { $0 } == Array("fresh".utf8))
             #expect(sourceB.registrationError == nil && !sourceB.isCancelled)
             #expect(eventsA.value == 0, "the old source saw the new file's data")
             sourceB.cancel()

@@ -651,20 +651,20 @@ extension LullSuite {
             let source = EventSource.makeUserDataAddSource(queue: WorkQueue(label: "lull.test.src.detached"))
             let seen = Mutex<[String: ExecutionContext]>([:])
             let setterActivity = ExecutionContext.withActivity("lull.test.src.setter") { () -> UInt64 in
-                source.setRegistrationHandler { seen.withLock { $0["registration"] = ExecutionContext.current } }
-                source.setEventHandler { seen.withLock { $0["event"] = ExecutionContext.current } }
-                source.setCancelHandler { seen.withLock { $0["cancel"] = ExecutionContext.current } }
+                source.setRegistrationHandler { seen.locked { $0["registration"] = ExecutionContext.current } }
+                source.setEventHandler { seen.locked { $0["event"] = ExecutionContext.current } }
+                source.setCancelHandler { seen.locked { $0["cancel"] = ExecutionContext.current } }
                 source.activate()
                 source.add(data: 1)
                 return ExecutionContext.current.activityID
             }
             #expect(setterActivity != 0)
-            #expect(waitFor(seconds: 10) { seen.withLock { $0["event"] != nil } })
+            #expect(waitFor(seconds: 10) { seen.locked { $0["event"] != nil } })
             ExecutionContext.withActivity("lull.test.src.canceller") {
                 source.cancel()
             }
-            #expect(waitFor(seconds: 10) { seen.withLock { $0["cancel"] != nil } })
-            let contexts = seen.withLock { $0 }
+            #expect(waitFor(seconds: 10) { seen.locked { $0["cancel"] != nil } })
+            let contexts = seen.locked { $0 }
             #expect(contexts.keys.sorted() == ["cancel", "event", "registration"])
             for (handler, context) in contexts {
                 #expect(context == .empty, "\(handler) handler ran in activity \(context.activityID)")
@@ -708,19 +708,19 @@ extension LullSuite {
             let setterQueue = WorkQueue(label: "lull.test.src.qos.setter",
                                         qos: qos == .userInteractive ? .utility : .userInteractive)
             setterQueue.async {
-                source.setRegistrationHandler { seen.withLock { $0["registration"] = QoS.current } }
-                source.setEventHandler { seen.withLock { $0["event"] = QoS.current } }
+                source.setRegistrationHandler { seen.locked { $0["registration"] = QoS.current } }
+                source.setEventHandler { seen.locked { $0["event"] = QoS.current } }
                 source.setCancelHandler {
-                    seen.withLock { $0["cancel"] = QoS.current }
+                    seen.locked { $0["cancel"] = QoS.current }
                     done.set()
                 }
                 source.activate()
                 source.add(data: 1)
             }
-            #expect(waitFor(seconds: 10) { seen.withLock { $0["event"] != nil } })
+            #expect(waitFor(seconds: 10) { seen.locked { $0["event"] != nil } })
             setterQueue.async { source.cancel() }
             #expect(waitFor(seconds: 10) { done.isSet })
-            let values = seen.withLock { $0 }
+            let values = seen.locked { $0 }
             #expect(values.keys.sorted() == ["cancel", "event", "registration"])
             for (handler, observed) in values {
                 #expect(observed == qos, "\(handler) handler ran at \(observed), queue is \(qos)")
@@ -732,18 +732,18 @@ extension LullSuite {
             let source = EventSource.makeUserDataAddSource(queue: WorkQueue.global(qos: qosClass))
             let seen = Mutex<[String: QoS]>([:])
             let done = Flag()
-            source.setRegistrationHandler { seen.withLock { $0["registration"] = QoS.current } }
-            source.setEventHandler { seen.withLock { $0["event"] = QoS.current } }
+            source.setRegistrationHandler { seen.locked { $0["registration"] = QoS.current } }
+            source.setEventHandler { seen.locked { $0["event"] = QoS.current } }
             source.setCancelHandler {
-                seen.withLock { $0["cancel"] = QoS.current }
+                seen.locked { $0["cancel"] = QoS.current }
                 done.set()
             }
             source.activate()
             source.add(data: 1)
-            #expect(waitFor(seconds: 10) { seen.withLock { $0["event"] != nil } })
+            #expect(waitFor(seconds: 10) { seen.locked { $0["event"] != nil } })
             source.cancel()
             #expect(waitFor(seconds: 10) { done.isSet })
-            for (handler, observed) in seen.withLock({ $0 }) {
+            for (handler, observed) in seen.locked({ $0 }) {
                 #expect(observed.qosClass == qosClass, "\(handler) handler ran at \(observed)")
             }
         }

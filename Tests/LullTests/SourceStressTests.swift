@@ -66,13 +66,13 @@ extension LullSuite {
 
             /// At most 4 KiB per call: the level-triggered source calls again while writable.
             private func clientCanWrite() {
-                let offset = sent.withLock { $0 }
+                let offset = sent.locked { $0 }
                 guard offset < size else { return }
                 let count = min(4_096, size - offset)
                 let bytes = (0..<count).map { expectedByte(at: offset + $0) }
                 let result = bytes.withUnsafeBytes { write(client, $0.baseAddress, count) }
                 if result > 0 {
-                    let total = sent.withLock { sent -> Int in
+                    let total = sent.locked { sent -> Int in
                         sent += result
                         return sent
                     }
@@ -88,12 +88,12 @@ extension LullSuite {
                 let bytes = SourceTestKit.readSome(client, max: max(available, 1))
                 if bytes.isEmpty {
                     if available == 0 {
-                        failures.append("client saw end of file after \(received.withLock { $0 }) bytes")
+                        failures.append("client saw end of file after \(received.locked { $0 }) bytes")
                         clientReader.cancel()
                     }
                     return
                 }
-                let total = received.withLock { received -> Int in
+                let total = received.locked { received -> Int in
                     for (offset, byte) in bytes.enumerated() where byte != expectedByte(at: received + offset) {
                         mismatches.add(1, ordering: .relaxed)
                     }
@@ -161,7 +161,7 @@ extension LullSuite {
             #expect(mismatches == 0, "\(mismatches) bytes came back wrong")
             let failures = connections.flatMap { $0.failures.values }
             #expect(failures.isEmpty, "\(failures.prefix(10))")
-            #expect(connections.allSatisfy { $0.received.withLock { $0 } == size })
+            #expect(connections.allSatisfy { $0.received.locked { $0 } == size })
             if !allClosed {
                 for connection in connections { connection.cancelAll() }
                 _ = waitFor(seconds: 10) { closedDescriptors.value == 2 * connectionCount }

@@ -214,7 +214,7 @@ extension LullSuite {
                     for _ in 0..<perCaller {
                         queue.sync {
                             overlap.enter()
-                            total.withLock { $0 += 1 }
+                            total.locked { $0 += 1 }
                             overlap.exit()
                         }
                     }
@@ -223,7 +223,7 @@ extension LullSuite {
             }
             #expect(waitUntil { finished.value == callers })
             #expect(overlap.maximum == 1)
-            #expect(total.withLock { $0 } == callers * perCaller)
+            #expect(total.locked { $0 } == callers * perCaller)
         }
     }
 }

@@ -147,11 +147,11 @@ final class Recorder<Element: Sendable>: Sendable {
     private let storage = Mutex<[Element]>([])
 
     func append(_ element: Element) {
-        storage.withLock { $0.append(element) }
+        storage.locked { $0.append(element) }
     }
 
-    var values: [Element] { storage.withLock { $0 } }
-    var count: Int { storage.withLock { $0.count } }
+    var values: [Element] { storage.locked { $0 } }
+    var count: Int { storage.locked { $0.count } }
 }
 
 /// One value handed from a block to the test.
@@ -159,10 +159,10 @@ final class Captured<Value: Sendable>: Sendable {
     private let storage = Mutex<Value?>(nil)
 
     func set(_ value: Value) {
-        storage.withLock { $0 = value }
+        storage.locked { $0 = value }
     }
 
-    var value: Value? { storage.withLock { $0 } }
+    var value: Value? { storage.locked { $0 } }
 
     /// Waits until a value was set and returns it (nil after the generous timeout).
     func await() -> Value? {

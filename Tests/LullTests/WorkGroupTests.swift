@@ -141,14 +141,14 @@ extension LullSuite {
             group.enter()
             let counts = Mutex<[Int]>([Int](repeating: 0, count: 10))
             for index in 0..<10 {
-                group.notify(queue: .global()) { counts.withLock { $0[index] += 1 } }
+                group.notify(queue: .global()) { counts.locked { $0[index] += 1 } }
             }
             group.leave()
-            #expect(waitUntil { counts.withLock { $0.reduce(0, +) } == 10 })
+            #expect(waitUntil { counts.locked { $0.reduce(0, +) } == 10 })
             // Using the group again does not replay old notifications.
             group.enter()
             group.leave()
-            #expect(keepsHolding(for: .milliseconds(50)) { counts.withLock { $0 } == [Int](repeating: 1, count: 10) })
+            #expect(keepsHolding(for: .milliseconds(50)) { counts.locked { $0 } == [Int](repeating: 1, count: 10) })
         }
 
         @Test func notifyRunsOnTheGivenQueue() {

@@ -113,11 +113,11 @@ extension LullSuite {
             let item = WorkItem { }
             let counts = Mutex<[Int]>([Int](repeating: 0, count: 10))
             for index in 0..<10 {
-                item.notify(queue: .global()) { counts.withLock { $0[index] += 1 } }
+                item.notify(queue: .global()) { counts.locked { $0[index] += 1 } }
             }
             item.perform()
-            #expect(waitUntil { counts.withLock { $0.reduce(0, +) } == 10 })
-            #expect(keepsHolding(for: .milliseconds(50)) { counts.withLock { $0 } == [Int](repeating: 1, count: 10) })
+            #expect(waitUntil { counts.locked { $0.reduce(0, +) } == 10 })
+            #expect(keepsHolding(for: .milliseconds(50)) { counts.locked { $0 } == [Int](repeating: 1, count: 10) })
         }
 
         @Test func notifyAfterCompletionRunsAtOnce() {

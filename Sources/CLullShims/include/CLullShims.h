@@ -56,21 +56,13 @@ void lull_unpark(uint32_t *word);
 /// A mutex word (0 unlocked, 1 locked, 2 locked with waiters): an uncontended lock or
 /// unlock is one atomic instruction; a contended lock spins briefly before sleeping on the
 /// futex, which is what short critical sections between two cores want.
-void lull_lock_slow(uint32_t *word);
-void lull_unlock_slow(uint32_t *word);
+void lull_lock(uint32_t *word);
+void lull_unlock(uint32_t *word);
 
-static inline void lull_lock(uint32_t *word) {
-    uint32_t expected = 0;
-    if (__builtin_expect(__atomic_compare_exchange_n(word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 1))
-        return;
-    lull_lock_slow(word);
-}
-
-static inline void lull_unlock(uint32_t *word) {
-    if (__builtin_expect(__atomic_exchange_n(word, 0, __ATOMIC_RELEASE) == 1, 1))
-        return;
-    lull_unlock_slow(word);
-}
+/// Tell ThreadSanitizer about synchronisation it cannot see (futex sleeps, locks whose slow
+/// path lives in uninstrumented code). No-ops unless built with -fsanitize=thread.
+void lull_tsan_acquire(const void *address);
+void lull_tsan_release(const void *address);
 
 /// One spin-wait hint to the CPU (pause / yield).
 static inline void lull_cpu_relax(void) {

@@ -71,7 +71,7 @@ final class DescriptorDriver: SourceDriver {
         self.core = core
         do throws(ReactorError) {
             let joined = try DescriptorTable.shared.attach(self, identity: found, label: subject)
-            mux.withLock { $0 = joined }
+            mux.locked { $0 = joined }
             return nil
         } catch {
             return EventSourceError(subject: subject, code: error.errno,
@@ -80,7 +80,7 @@ final class DescriptorDriver: SourceDriver {
     }
 
     func unregister(_ core: SourceCore) {
-        let joined = mux.withLock { current -> DescriptorMux? in
+        let joined = mux.locked { current -> DescriptorMux? in
             defer { current = nil }
             return current
         }
@@ -157,7 +157,7 @@ extension DescriptorDriver {
     /// The descriptor was closed and its number reused for another file: this source can
     /// only be cancelled, with the reason.
     func staleDescriptor() {
-        mux.withLock { $0 = nil }
+        mux.locked { $0 = nil }
         core?.fail(EventSourceError(subject: "\(core?.label ?? "source"): descriptor \(descriptor)", code: EBADF,
                                     reason: "the descriptor was closed while its source was registered, and its number reused"))
     }

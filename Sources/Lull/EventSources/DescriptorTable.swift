@@ -87,7 +87,7 @@ final class DescriptorMux: Sendable {
     /// Adds a source's driver; registers the direction's event if it is the first.
     func attach(_ driver: DescriptorDriver) throws(ReactorError) {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        try state.withLock { state throws(ReactorError) in
+        try state.locked { state throws(ReactorError) in
             if driver.forWriting {
                 if state.writers.event == nil {
                     state.writers.event = EventHandle(pointer: try Reactor.shared.addEvent(
@@ -112,7 +112,7 @@ final class DescriptorMux: Sendable {
     /// has no source left (its events are gone).
     func detach(_ driver: DescriptorDriver) -> Bool {
         var unused: EventHandle?
-        let empty = state.withLock { state -> Bool in
+        let empty = state.locked { state -> Bool in
             if driver.forWriting {
                 if state.writers.remove(driver), state.writers.isEmpty {
                     unused = state.writers.event
@@ -136,7 +136,7 @@ final class DescriptorMux: Sendable {
     /// drivers still attached (their sources are cancelled by the caller).
     func retire() -> [DescriptorDriver] {
         var events: [EventHandle] = []
-        let drivers = state.withLock { state -> [DescriptorDriver] in
+        let drivers = state.locked { state -> [DescriptorDriver] in
             state.retired = true
             var drivers: [DescriptorDriver] = []
             state.readers.forEach { drivers.append($0) }
@@ -156,7 +156,7 @@ final class DescriptorMux: Sendable {
 
     /// On the polling thread: readiness of one direction.
     fileprivate func fired(readable: Bool) {
-        state.withLock { state in
+        state.locked { state in
             if readable {
                 state.readers.forEach { $0.readinessReported() }
             } else {
@@ -189,7 +189,7 @@ final class DescriptorTable: Sendable {
         let descriptor = driver.descriptor
         let index = Int(descriptor)
         let file = identity.folded
-        let (mux, stale) = muxes.withLock { muxes -> (DescriptorMux, DescriptorMux?) in
+        let (mux, stale) = muxes.locked { muxes -> (DescriptorMux, DescriptorMux?) in
             if index >= muxes.count {
                 muxes.append(contentsOf: repeatElement(nil, count: max(index + 1 - muxes.count, muxes.count)))
             }
@@ -218,7 +218,7 @@ final class DescriptorTable: Sendable {
     func release(_ mux: DescriptorMux, ifEmptyAfter driver: DescriptorDriver) {
         guard mux.detach(driver) else { return }
         let index = Int(mux.descriptor)
-        muxes.withLock { muxes in
+        muxes.locked { muxes in
             if index < muxes.count, muxes[index] === mux { muxes[index] = nil }
         }
     }

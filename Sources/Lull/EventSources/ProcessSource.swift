@@ -64,13 +64,13 @@ final class ProcessDriver: SourceDriver {
             return EventSourceError(subject: subject, code: -descriptor, reason: reason)
         }
         guard mask.contains(.exit) else {
-            watch.withLock { $0 = (descriptor, nil) }
+            watch.locked { $0 = (descriptor, nil) }
             return nil
         }
         do throws(ReactorError) {
             let registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false, oneShot: true,
                                                            handler: ExitForwarder(core: core))
-            watch.withLock { $0 = (descriptor, registration) }
+            watch.locked { $0 = (descriptor, registration) }
             return nil
         } catch {
             close(descriptor)
@@ -79,7 +79,7 @@ final class ProcessDriver: SourceDriver {
     }
 
     func unregister(_ core: SourceCore) {
-        let registration = watch.withLock { current -> DescriptorRegistration? in
+        let registration = watch.locked { current -> DescriptorRegistration? in
             defer { current?.registration = nil }
             return current?.registration
         }
@@ -87,7 +87,7 @@ final class ProcessDriver: SourceDriver {
     }
 
     func finished(_ core: SourceCore) {
-        let descriptor = watch.withLock { current -> Int32? in
+        let descriptor = watch.locked { current -> Int32? in
             defer { current = nil }
             return current?.descriptor
         }

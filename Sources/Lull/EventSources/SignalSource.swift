@@ -59,7 +59,7 @@ final class SignalHub: ReactorEventHandler {
             return EventSourceError(subject: subject, code: EINVAL,
                                     reason: "not a signal that can be observed (valid: 1...\(lull_signal_count() - 1), except SIGKILL and SIGSTOP)")
         }
-        return state.withLock { state -> (any Error)? in
+        return state.locked { state -> (any Error)? in
             if state.notifyDescriptor < 0 {
                 let descriptor = lull_eventfd()
                 guard descriptor >= 0 else { return EventSourceError(subject: subject, code: -descriptor) }
@@ -86,14 +86,14 @@ final class SignalHub: ReactorEventHandler {
     }
 
     func remove(_ core: SourceCore, signal: Int32) {
-        state.withLock { state in
+        state.locked { state in
             state.sources[signal]?.removeAll { $0 === core }
         }
     }
 
     /// On the polling thread: the eventfd was written by the forwarder.
     func reactorEvent(readable: Bool, writable: Bool) {
-        let (descriptor, watched) = state.withLock { ($0.notifyDescriptor, $0.sources) }
+        let (descriptor, watched) = state.locked { ($0.notifyDescriptor, $0.sources) }
         lull_eventfd_drain(descriptor)
         for (signal, cores) in watched where !cores.isEmpty {
             let count = lull_signal_take(signal)

@@ -103,7 +103,7 @@ final class SourceCore: Sendable {
         guard !isCancelled || slot == .cancel else { return }
         // The replaced handler is released after the lock: it may hold the last reference
         // to the source, whose deinit takes the lock again.
-        let replaced = state.withLock { state -> SourceHandler? in
+        let replaced = state.locked { state -> SourceHandler? in
             switch slot {
             case .event: defer { state.eventHandler = handler }; return state.eventHandler
             case .cancel: defer { state.cancelHandler = handler }; return state.cancelHandler
@@ -116,7 +116,7 @@ final class SourceCore: Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let first = state.withLock { state -> Bool in
+        let first = state.locked { state -> Bool in
             if state.activated { return false }
             state.activated = true
             // No registration handler, no job: activating a source costs no hand-off.
@@ -128,18 +128,18 @@ final class SourceCore: Sendable {
             if let error = driver.register(self) {
                 fail(error)
             } else {
-                state.withLock { $0.registered = true }
+                state.locked { $0.registered = true }
             }
         }
         changed()
     }
 
     func suspend() {
-        state.withLock { $0.suspendCount += 1 }
+        state.locked { $0.suspendCount += 1 }
     }
 
     func resume() {
-        let activateNow = state.withLock { state -> Bool in
+        let activateNow = state.locked { state -> Bool in
             if state.suspendCount == 0 {
                 if !state.activated { return true }
                 lullFatal("over-resume of \(label): resume() without a matching suspend()")
@@ -162,7 +162,7 @@ final class SourceCore: Sendable {
     /// if the source was never activated or is suspended (that is not an error).
     func releasedByProgram() {
         cancel()
-        state.withLock { $0.suspendCount = 0 }
+        state.locked { $0.suspendCount = 0 }
         activate()
         changed()
     }
@@ -171,13 +171,13 @@ final class SourceCore: Sendable {
     /// No job of the source is posted or running (for tests that wait for quiet).
     var isIdle: Bool { !scheduled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
-    var registrationError: (any Error)? { state.withLock { $0.registrationError } }
+    var registrationError: (any Error)? { state.locked { $0.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
         let sourceError = error as? EventSourceError
             ?? EventSourceError(subject: label, code: 0, reason: "\(error)")
-        state.withLock { state in
+        state.locked { state in
             if state.registrationError == nil { state.registrationError = sourceError }
         }
         cancel()
@@ -221,7 +221,7 @@ final class SourceCore: Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            if let (step, qos) = state.withLock({ nextStep(&$0) }) {
+            if let (step, qos) = state.locked({ nextStep(&$0) }) {
                 target.enqueue(Job(work: .block({ [self] in run(step) }), qos: qos, flags: [],
                                    context: .empty, group: nil))
                 return
@@ -271,7 +271,7 @@ final class SourceCore: Sendable {
         guard merged != 0 else { return }
         guard let value = driver.dataForDelivery(self, merged: merged) else { return }
         // Events that arrive while no handler is set are dropped.
-        guard let handler = state.withLock({ $0.eventHandler }) else { return }
+        guard let handler = state.locked({ $0.eventHandler }) else { return }
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
         if !isCancelled { driver.handlerReturned(self) }
@@ -279,7 +279,7 @@ final class SourceCore: Sendable {
 
     private func finishCancellation() {
         // Handlers leave the state under the lock but are released after it (see setHandler).
-        var released = state.withLock { state -> [SourceHandler?] in
+        var released = state.locked { state -> [SourceHandler?] in
             defer {
                 state.eventHandler = nil
                 state.cancelHandler = nil

@@ -95,7 +95,7 @@ final class TimerDriver: SourceDriver {
     }
 
     func schedule(_ schedule: Schedule, core: SourceCore) {
-        state.withLock { state in
+        state.locked { state in
             state.schedule = schedule
             state.nextIndex = 0
             if state.registered { arm(&state) }
@@ -103,7 +103,7 @@ final class TimerDriver: SourceDriver {
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        state.withLock { state in
+        state.locked { state in
             state.core = core
             state.registered = true
             if state.schedule != nil { arm(&state) }
@@ -112,7 +112,7 @@ final class TimerDriver: SourceDriver {
     }
 
     func unregister(_ core: SourceCore) {
-        let entry = state.withLock { state -> TimerEntry? in
+        let entry = state.locked { state -> TimerEntry? in
             defer {
                 state.entry = nil
                 state.core = nil
@@ -151,7 +151,7 @@ final class TimerDriver: SourceDriver {
 
     /// The engine fired `entry` (outside its lock): count the fires, schedule the next one.
     func fired(_ entry: TimerEntry, now: UInt64) {
-        let (core, count) = state.withLock { state -> (SourceCore?, UInt) in
+        let (core, count) = state.locked { state -> (SourceCore?, UInt) in
             guard state.entry === entry, let schedule = state.schedule else { return (nil, 0) }
             state.entry = nil
             guard let interval = schedule.interval else {

@@ -191,11 +191,11 @@ final class TreeWatcherCore: InotifyObserver {
         timer = EventSource.makeTimerSource(queue: processing)
     }
 
-    var isCancelled: Bool { state.withLock { $0.cancelled } }
-    var lastError: EventSourceError? { state.withLock { $0.lastError } }
+    var isCancelled: Bool { state.locked { $0.cancelled } }
+    var lastError: EventSourceError? { state.locked { $0.lastError } }
 
     func setHandler(_ handler: (@Sendable ([Change]) -> Void)?) {
-        let replaced = state.withLock { state -> (@Sendable ([Change]) -> Void)? in
+        let replaced = state.locked { state -> (@Sendable ([Change]) -> Void)? in
             defer { state.handler = state.cancelled ? nil : handler }
             return state.handler
         }
@@ -203,7 +203,7 @@ final class TreeWatcherCore: InotifyObserver {
     }
 
     func stream() -> AsyncStream<[Change]> {
-        state.withLock { state in
+        state.locked { state in
             if let stream = state.stream { return stream }
             let (stream, continuation) = AsyncStream<[Change]>.makeStream()
             state.stream = stream
@@ -218,14 +218,14 @@ final class TreeWatcherCore: InotifyObserver {
 
     func activate() {
         timer.setEventHandler { [self] in flush() }
-        let first = state.withLock { state -> Bool in
+        let first = state.locked { state -> Bool in
             guard !state.activated, !state.cancelled else { return false }
             state.activated = true
             return true
         }
         guard first else { return }
         timer.activate()
-        state.withLock { state in
+        state.locked { state in
             switch addTree(root, reportContents: false, &state) {
             case .watched: watchParent(&state)
             case .missing: anchorRoot(&state)
@@ -236,7 +236,7 @@ final class TreeWatcherCore: InotifyObserver {
     }
 
     func cancel() {
-        let (leases, continuation) = state.withLock { state -> ([InotifyLease], AsyncStream<[Change]>.Continuation?) in
+        let (leases, continuation) = state.locked { state -> ([InotifyLease], AsyncStream<[Change]>.Continuation?) in
             guard !state.cancelled else { return ([], nil) }
             state.cancelled = true
             var leases = state.directories.values.map(\.lease)
@@ -266,7 +266,7 @@ final class TreeWatcherCore: InotifyObserver {
 
     func inotifyEvents(_ events: [(watch: InotifyWatch, event: InotifyEvent)]) {
         processing.async { [self] in
-            state.withLock { state in
+            state.locked { state in
                 guard !state.cancelled else { return }
                 for (watch, event) in events { handle(event, on: ObjectIdentifier(watch), &state) }
                 armTimer(&state)
@@ -276,7 +276,7 @@ final class TreeWatcherCore: InotifyObserver {
 
     func inotifyOverflowed() {
         processing.async { [self] in
-            state.withLock { state in
+            state.locked { state in
                 guard !state.cancelled else { return }
                 rescan(&state)
                 armTimer(&state)
@@ -387,7 +387,7 @@ final class TreeWatcherCore: InotifyObserver {
     /// The timer fired (on the processing queue): moves without a second half left the
     /// tree; the batch goes to the handler and the stream.
     private func flush() {
-        let (batch, handler, continuation) = state.withLock { state -> ([Change], (@Sendable ([Change]) -> Void)?, AsyncStream<[Change]>.Continuation?) in
+        let (batch, handler, continuation) = state.locked { state -> ([Change], (@Sendable ([Change]) -> Void)?, AsyncStream<[Change]>.Continuation?) in
             state.timerArmed = false
             guard !state.cancelled else { return ([], nil, nil) }
             for (_, move) in state.pendingMoves { movedOut(move.path, isDirectory: move.isDirectory, &state) }

@@ -163,14 +163,14 @@ final class FileSystemObjectDriver: SourceDriver {
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        var current = lease.withLock { $0 }
+        var current = lease.locked { $0 }
         if current == nil, case .descriptor(let descriptor) = target {
             let subject = FileSystemErrors.subject(kind: core.kindName, queueLabel: core.target.label, descriptor: descriptor)
             do throws(EventSourceError) {
                 let acquired = try hub.acquire(descriptor: descriptor, subject: subject) { [mask] in
                     VnodeEventMapping.kernelMask(for: mask, isDirectory: $0)
                 }
-                lease.withLock { $0 = acquired }
+                lease.locked { $0 = acquired }
                 current = acquired
             } catch {
                 return error
@@ -182,7 +182,7 @@ final class FileSystemObjectDriver: SourceDriver {
     }
 
     func unregister(_ core: SourceCore) {
-        guard let current = lease.withLock({ $0 }) else { return }
+        guard let current = lease.locked({ $0 }) else { return }
         hub.unsubscribe(core, from: current)
     }
 
@@ -192,7 +192,7 @@ final class FileSystemObjectDriver: SourceDriver {
     }
 
     func finished(_ core: SourceCore) {
-        let released = lease.withLock { current -> InotifyLease? in
+        let released = lease.locked { current -> InotifyLease? in
             defer { current = nil }
             return current
         }

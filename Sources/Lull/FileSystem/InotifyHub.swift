@@ -92,7 +92,7 @@ final class InotifyHub: Sendable {
             throw FileSystemErrors.error(subject, code: statusError, step: .open)
         }
         let mask = mask(status.is_directory != 0)
-        return try state.withLock { state throws(EventSourceError) -> InotifyLease in
+        return try state.locked { state throws(EventSourceError) -> InotifyLease in
             let instance: InotifyInstance
             do throws(EventSourceError) {
                 instance = try ensureInstance(&state, subject: subject)
@@ -114,7 +114,7 @@ final class InotifyHub: Sendable {
     /// Watches the directory at `path` without pinning it (for tree watchers, which would
     /// otherwise hold a descriptor per directory): not following a final symbolic link.
     func acquireUnpinned(directory path: String, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
-        try state.withLock { state throws(EventSourceError) -> InotifyLease in
+        try state.locked { state throws(EventSourceError) -> InotifyLease in
             let instance = try ensureInstance(&state, subject: subject)
             let wd = addWatch(&state, instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))
             guard wd >= 0 else {
@@ -140,7 +140,7 @@ final class InotifyHub: Sendable {
 
     /// One lease fewer on `watch`; the last one removes the kernel watch and the pin.
     func release(_ watch: InotifyWatch) {
-        state.withLock { state in
+        state.locked { state in
             releaseLocked(&state, watch)
             scheduleTeardownIfIdle(&state)
         }
@@ -150,7 +150,7 @@ final class InotifyHub: Sendable {
 
     /// From now on the source gets the events of its watch within `mask`.
     func subscribe(_ core: SourceCore, mask: FileSystemEvent, to lease: InotifyLease) {
-        state.withLock { state in
+        state.locked { state in
             let watch = lease.watch
             guard watch.isLive else { return }
             watch.refreshBaselines()
@@ -162,7 +162,7 @@ final class InotifyHub: Sendable {
 
     /// When this returns, the source gets nothing more from the hub.
     func unsubscribe(_ core: SourceCore, from lease: InotifyLease) {
-        state.withLock { state in
+        state.locked { state in
             let watch = lease.watch
             watch.sources.removeAll { $0.core === core }
             if !watch.needsParent, watch.parent != nil { unlinkParent(&state, watch) }
@@ -170,7 +170,7 @@ final class InotifyHub: Sendable {
     }
 
     func observe(_ observer: any InotifyObserver, mask: InotifyMask, on lease: InotifyLease) {
-        state.withLock { state in
+        state.locked { state in
             let watch = lease.watch
             guard watch.isLive else { return }
             watch.observers.append(InotifyWatch.ObserverSubscription(observer: observer, mask: mask))
@@ -179,7 +179,7 @@ final class InotifyHub: Sendable {
     }
 
     func stopObserving(_ observer: any InotifyObserver, on lease: InotifyLease) {
-        state.withLock { _ in
+        state.locked { _ in
             lease.watch.observers.removeAll { $0.observer === observer }
         }
     }
@@ -207,7 +207,7 @@ final class InotifyHub: Sendable {
 
     /// Reads up to the budget; true when the queue was found empty.
     private func drainPass() -> Bool {
-        guard let instance = state.withLock({ $0.instance }) else { return true }
+        guard let instance = state.locked({ $0.instance }) else { return true }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.bufferSize, alignment: 8)
         defer { buffer.deallocate() }
         var events: [InotifyEvent] = []
@@ -236,13 +236,13 @@ final class InotifyHub: Sendable {
 
     /// Test hook: reads the mount table now, as when it changes.
     func checkMountsNow() {
-        guard let instance = state.withLock({ $0.instance }) else { return }
+        guard let instance = state.locked({ $0.instance }) else { return }
         mountTableChanged(instance)
     }
 
     /// Test hook: handles a synthetic overflow exactly as a real IN_Q_OVERFLOW.
     func injectOverflow() {
-        guard let instance = state.withLock({ $0.instance }) else { return }
+        guard let instance = state.locked({ $0.instance }) else { return }
         dispatch([InotifyEvent(watchDescriptor: -1, mask: .queueOverflow, cookie: 0, name: nil)], from: instance)
     }
 
@@ -278,7 +278,7 @@ final class InotifyHub: Sendable {
     }
 
     private func dispatch(_ events: [InotifyEvent], from instance: InotifyInstance) {
-        let deliveries = state.withLock { state -> Deliveries in
+        let deliveries = state.locked { state -> Deliveries in
             var deliveries = Deliveries()
             guard state.instance === instance else { return deliveries }
             // Moves whose two halves are in the same directory (renames inside it).
@@ -351,7 +351,7 @@ final class InotifyHub: Sendable {
         defer { lull_free(text) }
         let mounted = MountTable.mountIDs(UnsafeRawBufferPointer(start: text, count: Int(length)))
         guard !mounted.isEmpty else { return }
-        let deliveries = state.withLock { state -> Deliveries in
+        let deliveries = state.locked { state -> Deliveries in
             var deliveries = Deliveries()
             guard state.instance === instance else { return deliveries }
             for watch in Array(state.watches.values)
@@ -524,7 +524,7 @@ final class InotifyHub: Sendable {
 
     /// Closes the instance if no watch came back meanwhile.
     private func teardownIfIdle() {
-        let idle = state.withLock { state -> InotifyInstance? in
+        let idle = state.locked { state -> InotifyInstance? in
             state.teardownScheduled = false
             guard state.watches.isEmpty, let instance = state.instance else { return nil }
             state.instance = nil
@@ -536,14 +536,14 @@ final class InotifyHub: Sendable {
         while draining.exchange(true, ordering: .acquiringAndReleasing) { sched_yield() }
         idle.close()
         draining.store(false, ordering: .releasing)
-        state.withLock { $0.closing -= 1 }
+        state.locked { $0.closing -= 1 }
         if drainRequested.load(ordering: .acquiring) { requestDrain() }
     }
 
     /// For tests: whether the hub has an instance open (or still closing), and how many
     /// watches.
     var snapshot: (hasInstance: Bool, watches: Int) {
-        state.withLock { ($0.instance != nil || $0.closing > 0, $0.watches.count) }
+        state.locked { ($0.instance != nil || $0.closing > 0, $0.watches.count) }
     }
 }
 
@@ -583,12 +583,12 @@ final class InotifyInstance: Sendable {
     func register(hub: InotifyHub) throws(ReactorError) {
         let events = try Reactor.shared.register(descriptor: descriptor, forWriting: false,
                                                  handler: InotifyReadable(hub: hub))
-        registrations.withLock { $0.append(events) }
+        registrations.locked { $0.append(events) }
         guard mountTable >= 0 else { return }
         do throws(ReactorError) {
             let mounts = try Reactor.shared.register(descriptor: mountTable, forWriting: false,
                                                      handler: MountTableChanged(hub: hub, instance: self))
-            registrations.withLock { $0.append(mounts) }
+            registrations.locked { $0.append(mounts) }
         } catch {
             RuntimeLog.once("mountinfo-register") {
                 "the reactor refused /proc/self/mountinfo (\(error)); a lazy unmount of a watched file system will not be reported as .revoke"
@@ -599,7 +599,7 @@ final class InotifyInstance: Sendable {
     /// Removes the registrations (no callback runs once this returns), then closes both
     /// descriptors, each exactly once.
     func close() {
-        let removed = registrations.withLock { registered -> [DescriptorRegistration] in
+        let removed = registrations.locked { registered -> [DescriptorRegistration] in
             defer { registered.removeAll() }
             return registered
         }

@@ -9,7 +9,7 @@ final class MainThreadRunner: Sendable {
     private let started = Atomic<Bool>(false)
 
     func submit(_ job: Job) {
-        jobs.withLock { $0.append(job) }
+        jobs.locked { $0.append(job) }
         parker.unpark()
     }
 
@@ -20,7 +20,7 @@ final class MainThreadRunner: Sendable {
         let thread = ThreadState.current
         thread.effectiveQoS = .userInteractive
         while true {
-            while let job = jobs.withLock({ $0.popFirst() }) {
+            while let job = jobs.locked({ $0.popFirst() }) {
                 JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
             }
             parker.park()

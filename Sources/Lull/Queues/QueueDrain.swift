@@ -21,7 +21,7 @@ extension WorkQueue {
     /// is suspended or a `sync` caller takes the queue over, putting the rest back.
     private func drainSerial() {
         var batch = Fifo<Job>()
-        let taken = state.withLock { state -> (floor: QoS, nested: Bool)? in
+        let taken = state.locked { state -> (floor: QoS, nested: Bool)? in
             state.drainerFinished()
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
@@ -56,7 +56,7 @@ extension WorkQueue {
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
             guard handedOff == nil, batch.isEmpty, ran < WorkQueue.serialQuantum else { break }
-            let more = state.withLock { state -> Bool in
+            let more = state.locked { state -> Bool in
                 guard !state.isPaused, !state.pending.isEmpty else { return false }
                 swap(&batch, &state.pending)
                 state.pendingMaxClass = .unspecified
@@ -65,7 +65,7 @@ extension WorkQueue {
             if !more { break }
         }
         thread.heldQueues.removeLast()
-        let request = state.withLock { state -> (WorkQueue, Job)? in
+        let request = state.locked { state -> (WorkQueue, Job)? in
             state.putBack(&batch)
             if batch.isEmpty && batch.capacity >= QueueState.spareMinimumCapacity {
                 swap(&state.spare, &batch)
@@ -91,7 +91,7 @@ extension WorkQueue {
         var started = false
         var batch = Fifo<Job>()
         while true {
-            let taken = state.withLock { state -> (floor: QoS, nested: Bool, barrier: Bool, more: (WorkQueue, Job)?)? in
+            let taken = state.locked { state -> (floor: QoS, nested: Bool, barrier: Bool, more: (WorkQueue, Job)?)? in
                 if !started {
                     started = true
                     state.drainerFinished()
@@ -142,7 +142,7 @@ extension WorkQueue {
                 if pausedCount.load(ordering: .acquiring) > 0 { break }
             }
             thread.heldQueues.removeLast()
-            state.withLock { state in
+            state.locked { state in
                 state.inFlight -= finished + batch.count
                 state.putBack(&batch)
                 if barrier && !handedOffBarrier { state.barrierActive = false }
@@ -150,7 +150,7 @@ extension WorkQueue {
         }
         // Leaving (quantum used up, paused, or waiting for a barrier): make sure someone
         // comes back for what is left.
-        let request = state.withLock { $0.drainRequestIfNeeded(for: self) }
+        let request = state.locked { $0.drainRequestIfNeeded(for: self) }
         if let (target, token) = request { target.enqueue(token) }
     }
 }
@@ -162,7 +162,7 @@ extension WorkQueue {
         var job = job
         job.owner = nil
         if pausedCount.load(ordering: .acquiring) > 0 {
-            let request = state.withLock { state -> (WorkQueue, Job)? in
+            let request = state.locked { state -> (WorkQueue, Job)? in
                 state.inFlight -= 1
                 state.pending.prepend(job)
                 if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
@@ -175,7 +175,7 @@ extension WorkQueue {
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
         thread.heldQueues.removeLast()
         // A barrier may be waiting for the last running block.
-        let request = state.withLock { state -> (WorkQueue, Job)? in
+        let request = state.locked { state -> (WorkQueue, Job)? in
             state.inFlight -= 1
             return state.inFlight == 0 ? state.drainRequestIfNeeded(for: self) : nil
         }

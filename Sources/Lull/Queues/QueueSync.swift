@@ -85,7 +85,7 @@ extension WorkQueue {
     /// One lock: takes the queue when it is free and sits right on a global queue; otherwise
     /// says what kind of path `sync` needs.
     private func tryAcquireDirect(exclusive: Bool) -> DirectAcquisition {
-        state.withLock { state in
+        state.locked { state in
             guard let target = state.target else { return .busy }
             switch target.kind {
             case .mainThread: return .mainThread
@@ -146,7 +146,7 @@ extension WorkQueue {
     }
 
     private func tryAcquireForSync(exclusive: Bool) -> Bool {
-        state.withLock { state in
+        state.locked { state in
             guard !state.isPaused, state.pending.isEmpty else { return false }
             switch kind {
             case .serial:
@@ -168,7 +168,7 @@ extension WorkQueue {
 
     /// Gives back what a `sync` caller held, and lets waiting blocks run.
     func releaseSync(exclusive: Bool) {
-        let request = state.withLock { state -> (WorkQueue, Job)? in
+        let request = state.locked { state -> (WorkQueue, Job)? in
             switch kind {
             case .serial:
                 state.isOwned = false

@@ -14,13 +14,13 @@ public final class WorkGroup: Sendable {
 
     /// Counts one more piece of outstanding work.
     public func enter() {
-        state.withLock { $0.count += 1 }
+        state.locked { $0.count += 1 }
     }
 
     /// Marks one piece of work as done; the group empties when the count returns to zero.
     /// - Precondition: each `leave` matches an `enter`.
     public func leave() {
-        let (waiters, notifications) = state.withLock { state -> ([Parker], [(WorkQueue, Job)]) in
+        let (waiters, notifications) = state.locked { state -> ([Parker], [(WorkQueue, Job)]) in
             state.count -= 1
             if state.count < 0 {
                 lullFatal("unbalanced WorkGroup.leave(): more leave() calls than enter() calls")
@@ -41,14 +41,14 @@ public final class WorkGroup: Sendable {
     /// Blocks until the group is empty or `timeout` passes.
     public func wait(timeout: Deadline) -> WaitResult {
         let parker = Parker()
-        let empty = state.withLock { state -> Bool in
+        let empty = state.locked { state -> Bool in
             if state.count == 0 { return true }
             state.waiters.append(parker)
             return false
         }
         if empty { return .success }
         if WorkerPool.shared.blocking({ parker.park(until: timeout) }) { return .success }
-        let removed = state.withLock { state -> Bool in
+        let removed = state.locked { state -> Bool in
             guard let index = state.waiters.firstIndex(where: { $0 === parker }) else { return false }
             state.waiters.remove(at: index)
             return true
@@ -60,7 +60,7 @@ public final class WorkGroup: Sendable {
     public func notify(qos: QoS = .unspecified, flags: WorkItemFlags = [], queue: WorkQueue,
                        execute: @escaping @Sendable () -> Void) {
         let job = queue.makeJob(.block(execute), qos: qos, flags: flags)
-        let empty = state.withLock { state -> Bool in
+        let empty = state.locked { state -> Bool in
             if state.count == 0 { return true }
             state.notifications.append((queue, job))
             return false

@@ -74,7 +74,7 @@ public final class WorkItem: Sendable {
 
     /// Marks the item as finished (or skipped): wakes waiters and submits notifications.
     func complete() {
-        let (waiters, notifications) = completion.withLock { state -> ([Parker], [(WorkQueue, Job)]) in
+        let (waiters, notifications) = completion.locked { state -> ([Parker], [(WorkQueue, Job)]) in
             if state.isDone { return ([], []) }
             state.isDone = true
             defer { state.waiters = []; state.notifications = [] }
@@ -92,7 +92,7 @@ public final class WorkItem: Sendable {
     /// Blocks until the item has completed or `timeout` passes.
     public func wait(timeout: Deadline) -> WaitResult {
         let parker = Parker()
-        let done = completion.withLock { state -> Bool in
+        let done = completion.locked { state -> Bool in
             if state.isDone { return true }
             state.waiters.append(parker)
             return false
@@ -100,7 +100,7 @@ public final class WorkItem: Sendable {
         if done { return .success }
         let woken = WorkerPool.shared.blocking { parker.park(until: timeout) }
         if woken { return .success }
-        let removed = completion.withLock { state -> Bool in
+        let removed = completion.locked { state -> Bool in
             guard let index = state.waiters.firstIndex(where: { $0 === parker }) else { return false }
             state.waiters.remove(at: index)
             return true
@@ -122,7 +122,7 @@ public final class WorkItem: Sendable {
     }
 
     private func addNotification(queue: WorkQueue, job: Job) {
-        let done = completion.withLock { state -> Bool in
+        let done = completion.locked { state -> Bool in
             if state.isDone { return true }
             state.notifications.append((queue, job))
             return false

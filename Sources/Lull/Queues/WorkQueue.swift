@@ -66,7 +66,7 @@ public final class WorkQueue: Sendable {
         switch target.kind {
         case .root(let qosClass): return qosClass == .default ? .unspecified : QoS(qosClass)
         case .mainThread: return .unspecified
-        case .serial, .concurrent: return target.state.withLock { $0.floor }
+        case .serial, .concurrent: return target.state.locked { $0.floor }
         }
     }
 
@@ -177,7 +177,7 @@ public final class WorkQueue: Sendable {
             MainThreadRunner.shared.submit(job)
         case .concurrent:
             var forwarded = job
-            let request = state.withLock { state -> (WorkQueue, Job)? in
+            let request = state.locked { state -> (WorkQueue, Job)? in
                 // Nothing in the way (no barrier, no suspension, nothing queued): the block
                 // goes straight to the global target, still counted as running here.
                 if state.pending.isEmpty, !state.isPaused, !state.barrierActive, !job.isBarrier,
@@ -194,7 +194,7 @@ public final class WorkQueue: Sendable {
             }
             if let (target, token) = request { target.enqueue(token) }
         case .serial:
-            let request = state.withLock { state -> (WorkQueue, Job)? in
+            let request = state.locked { state -> (WorkQueue, Job)? in
                 state.pending.append(job)
                 let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
                 if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
@@ -208,7 +208,7 @@ public final class WorkQueue: Sendable {
 
     public func activate() {
         guard !isGlobal, kind != .mainThread else { return }
-        let request = state.withLock { state -> (WorkQueue, Job)? in
+        let request = state.locked { state -> (WorkQueue, Job)? in
             guard state.isInactive else { return nil }
             state.isInactive = false
             pausedCount.subtract(1, ordering: .releasing)
@@ -220,7 +220,7 @@ public final class WorkQueue: Sendable {
     /// Suspends the queue after the block running now: counts, and needs a matching `resume`.
     public func suspend() {
         guard !isGlobal, kind != .mainThread else { return }
-        state.withLock { state in
+        state.locked { state in
             state.suspendCount += 1
             pausedCount.add(1, ordering: .releasing)
         }
@@ -230,7 +230,7 @@ public final class WorkQueue: Sendable {
     /// - Precondition: not more resumes than suspends ("over-resume" stops the program).
     public func resume() {
         guard !isGlobal, kind != .mainThread else { return }
-        let request = state.withLock { state -> (WorkQueue, Job)? in
+        let request = state.locked { state -> (WorkQueue, Job)? in
             if state.suspendCount == 0 {
                 if state.isInactive {
                     state.isInactive = false
@@ -259,22 +259,22 @@ public final class WorkQueue: Sendable {
             if current === self {
                 lullFatal("setTarget(queue:) on WorkQueue '\(label)' would make a cycle through '\(newTarget.label)'")
             }
-            ancestor = current.state.withLock { $0.target }
+            ancestor = current.state.locked { $0.target }
         }
-        state.withLock { state in
+        state.locked { state in
             state.target = newTarget
             state.floor = WorkQueue.floor(ownQoS: qos, target: newTarget)
         }
     }
 
     var target: WorkQueue? {
-        state.withLock { $0.target }
+        state.locked { $0.target }
     }
 }
 
 extension WorkQueue: CustomDebugStringConvertible {
     public var debugDescription: String {
-        let (target, suspended, inactive, floor) = state.withLock {
+        let (target, suspended, inactive, floor) = state.locked {
             ($0.target?.label ?? "-", $0.suspendCount, $0.isInactive, $0.floor)
         }
         return "<WorkQueue '\(label)' \(kind) qos=\(floor) target=\(target) suspended=\(suspended) inactive=\(inactive)>"

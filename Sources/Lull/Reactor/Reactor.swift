@@ -78,7 +78,7 @@ final class Reactor: Sendable {
 
     /// Arms the next-timer for `deadline` (monotonic ns), or disarms it with nil.
     func setTimer(_ deadline: UInt64?) {
-        armedTimer.withLock { armed in
+        armedTimer.locked { armed in
             guard let timerEvent else { return }
             if let deadline {
                 let now = SystemClock.monotonicNanoseconds()
@@ -105,7 +105,7 @@ final class Reactor: Sendable {
     }
 
     private func timerCallback() {
-        let disarmed = armedTimer.withLock { armed -> Bool in
+        let disarmed = armedTimer.locked { armed -> Bool in
             // Another thread may have re-armed the timer between its expiry and this
             // callback: then it is still pending and still counts.
             guard let timerEvent, armed != nil, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {

@@ -7,7 +7,7 @@ enum RuntimeLog {
     private static let said = Mutex<Set<String>>([])
 
     static func once(_ key: String, _ message: () -> String) {
-        let first = said.withLock { $0.insert(key).inserted }
+        let first = said.locked { $0.insert(key).inserted }
         if first {
             logger.warning("\(message())")
         }

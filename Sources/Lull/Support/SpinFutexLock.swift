@@ -25,6 +25,11 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
     }
 
     @inline(__always)
+    func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        try withLock(body)
+    }
+
+    @inline(__always)
     func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         lull_lock(word)
         defer { lull_unlock(word) }

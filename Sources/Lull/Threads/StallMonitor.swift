@@ -53,7 +53,7 @@ extension WorkerPool {
         var stillSaturated = false
         let pollerTid = pollerThreadID.load(ordering: .acquiring)
         for pool in classes {
-            let snapshot = pool.state.withLock { state -> (tids: [Int32], knownBlocked: Int)? in
+            let snapshot = pool.state.locked { state -> (tids: [Int32], knownBlocked: Int)? in
                 guard !state.jobs.isEmpty, state.idle.isEmpty, state.running >= cpuCount else { return nil }
                 return (Array(state.threadIDs), state.blocked)
             }
@@ -63,7 +63,7 @@ extension WorkerPool {
             let unknownBlocked = sleeping - snapshot.knownBlocked
             guard unknownBlocked > 0 else { continue }
             for _ in 0..<unknownBlocked {
-                let spawn = pool.state.withLock { state -> Bool in
+                let spawn = pool.state.locked { state -> Bool in
                     guard !state.jobs.isEmpty, reserveThread() else { return false }
                     state.running += 1
                     state.threads += 1

@@ -59,7 +59,7 @@ final class WorkerPool: Sendable {
             return
         }
         let pool = classes[qosClass.poolIndex]
-        let helper = pool.state.withLock { state -> Helper in
+        let helper = pool.state.locked { state -> Helper in
             state.pushJob(job, pool)
             return recruit(&state)
         }
@@ -108,14 +108,14 @@ final class WorkerPool: Sendable {
     func blocking<T>(_ body: () -> T) -> T {
         guard let qosClass = ThreadState.current.workerClass else { return body() }
         let pool = classes[qosClass.poolIndex]
-        let helper = pool.state.withLock { state -> Helper in
+        let helper = pool.state.locked { state -> Helper in
             state.running -= 1
             state.blocked += 1
             return state.jobs.isEmpty ? .none : recruit(&state)
         }
         start(helper, in: pool)
         defer {
-            pool.state.withLock { state in
+            pool.state.locked { state in
                 state.running += 1
                 state.blocked -= 1
             }
@@ -128,7 +128,7 @@ final class WorkerPool: Sendable {
         if pollerActive.load(ordering: .acquiring) { return }
         for qosClass in WorkerPool.pollingClasses {
             let pool = classes[qosClass.poolIndex]
-            let claimed = pool.state.withLock { state -> Worker? in
+            let claimed = pool.state.locked { state -> Worker? in
                 guard let worker = state.idle.popLast() else { return nil }
                 state.running += 1
                 return worker
@@ -139,7 +139,7 @@ final class WorkerPool: Sendable {
             }
         }
         let pool = classes[QoS.QoSClass.default.poolIndex]
-        let spawn = pool.state.withLock { state -> Bool in
+        let spawn = pool.state.locked { state -> Bool in
             guard reserveThread() else { return false }
             state.running += 1
             state.threads += 1
@@ -180,7 +180,7 @@ final class WorkerPool: Sendable {
         pthread_attr_destroy(&attributes)
         if result != 0 {
             Unmanaged<Worker>.fromOpaque(context).release()
-            pool.state.withLock { state in
+            pool.state.locked { state in
                 state.running -= 1
                 state.threads -= 1
                 if wokenForWork { state.waking -= 1 }
@@ -207,18 +207,18 @@ final class WorkerPool: Sendable {
         let thread = ThreadState.installWorker(pool.qosClass)
         thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
         _ = lull_set_thread_name(pool.threadName)
-        liveThreadIDs.withLock { _ = $0.insert(thread.tid) }
-        pool.state.withLock { _ = $0.threadIDs.insert(thread.tid) }
+        liveThreadIDs.locked { _ = $0.insert(thread.tid) }
+        pool.state.locked { _ = $0.threadIDs.insert(thread.tid) }
         defer {
-            pool.state.withLock { _ = $0.threadIDs.remove(thread.tid) }
-            liveThreadIDs.withLock { _ = $0.remove(thread.tid) }
+            pool.state.locked { _ = $0.threadIDs.remove(thread.tid) }
+            liveThreadIDs.locked { _ = $0.remove(thread.tid) }
             totalThreads.subtract(1, ordering: .relaxed)
         }
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
         let reactor = Reactor.shared
         while true {
             var cascade = Helper.none
-            let next = pool.state.withLock { state -> Next in
+            let next = pool.state.locked { state -> Next in
                 if worker.wokenForWork.exchange(false, ordering: .relaxed) { state.waking -= 1 }
                 if let job = state.popJob(pool) {
                     if !state.jobs.isEmpty { cascade = recruit(&state) }
@@ -266,7 +266,7 @@ final class WorkerPool: Sendable {
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerActive.store(false, ordering: .releasing)
-        pool.state.withLock { $0.running += 1 }
+        pool.state.locked { $0.running += 1 }
         guard let job = thread.inlineSlot else { return }
         thread.inlineSlot = nil
         if thread.lastInlineDuration > longInlineNanoseconds && reactor.needsPoller {
@@ -286,7 +286,7 @@ final class WorkerPool: Sendable {
             spins += 1
         }
         var cascade = Helper.none
-        let job = pool.state.withLock { state -> Job? in
+        let job = pool.state.locked { state -> Job? in
             state.spinning = 0
             guard let job = state.popJob(pool) else {
                 state.idle.append(worker)
@@ -304,7 +304,7 @@ final class WorkerPool: Sendable {
     private func parkUntilClaimed(_ worker: Worker, pool: ClassPool) -> Bool {
         while true {
             let woken = worker.parker.park(until: .now() + idleTimeout)
-            let outcome = pool.state.withLock { state -> Bool? in
+            let outcome = pool.state.locked { state -> Bool? in
                 guard let index = state.idle.firstIndex(where: { $0 === worker }) else {
                     return true  // claimed: whoever claimed it counted it as running
                 }
@@ -319,7 +319,7 @@ final class WorkerPool: Sendable {
 
     /// Kernel thread ids of the live workers (for diagnostics and tests).
     func workerThreadIDs() -> Set<Int32> {
-        liveThreadIDs.withLock { $0 }
+        liveThreadIDs.locked { $0 }
     }
 }
 

@@ -33,7 +33,7 @@ final class TimerEngine: Sendable {
     /// Schedules (or reschedules) `entry` for the window [deadline, deadline + leeway].
     /// `wallDeadline` makes it follow changes of the system clock.
     func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) {
-        state.withLock { state in
+        state.locked { state in
             remove(entry, from: &state)
             entry.deadline = deadline
             entry.leeway = leeway
@@ -53,7 +53,7 @@ final class TimerEngine: Sendable {
 
     /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
     func cancel(_ entry: TimerEntry) {
-        state.withLock { state in
+        state.locked { state in
             guard entry.isScheduled else { return }
             remove(entry, from: &state)
             rearm(&state)
@@ -85,7 +85,7 @@ final class TimerEngine: Sendable {
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
         var due: [TimerEntry] = []
-        state.withLock { state in
+        state.locked { state in
             while let first = state.byDeadline.first, first.deadline <= now {
                 remove(first, from: &state)
                 due.append(first)
@@ -134,9 +134,9 @@ final class TimerEngine: Sendable {
 
     /// On the polling thread: maybe the clock was set; if so, re-place wall-clock timers.
     func clockMayHaveChanged() {
-        let descriptor = state.withLock { $0.clockWatch?.descriptor }
+        let descriptor = state.locked { $0.clockWatch?.descriptor }
         guard let descriptor, lull_clock_watch_check(descriptor) == 1 else { return }
-        state.withLock { state in
+        state.locked { state in
             let wallNow = SystemClock.realtimeNanoseconds()
             let monotonicNow = SystemClock.monotonicNanoseconds()
             for entry in state.wallEntries.values {
@@ -155,7 +155,7 @@ final class TimerEngine: Sendable {
     }
 
     /// Live timers (for diagnostics and tests).
-    var count: Int { state.withLock { $0.byDeadline.count } }
+    var count: Int { state.locked { $0.byDeadline.count } }
 }
 
 /// Converts a wall-clock instant to the monotonic clock, now.
