@@ -35,7 +35,6 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
     /// of the previous schedule not yet delivered are dropped (as in Dispatch).
     public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        core.discardPending()
         driver.schedule(TimerDriver.Schedule(start: deadline.uptimeNanoseconds, isWall: false,
                                              interval: TimerDriver.nanoseconds(repeating),
                                              leeway: TimerDriver.nanoseconds(leeway) ?? 0),
@@ -45,7 +44,6 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     /// Schedules the timer on the wall clock; replaces any previous schedule (dropping its
     /// undelivered fires).
     public func schedule(wallDeadline: WallDeadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        core.discardPending()
         driver.schedule(TimerDriver.Schedule(start: wallDeadline.nanosecondsSinceEpoch, isWall: true,
                                              interval: TimerDriver.nanoseconds(repeating),
                                              leeway: TimerDriver.nanoseconds(leeway) ?? 0),
@@ -94,10 +92,13 @@ final class TimerDriver: SourceDriver {
         return nanoseconds >= Int128(UInt64.max) ? .max : UInt64(nanoseconds)
     }
 
+    /// Replaces the schedule. Fires of the old one not delivered yet are dropped — under
+    /// the lock that `fired` merges under, so that a fire in progress cannot slip in after.
     func schedule(_ schedule: Schedule, core: SourceCore) {
         state.locked { state in
             state.schedule = schedule
             state.nextIndex = 0
+            core.discardPending()
             if state.registered { arm(&state) }
         }
     }
@@ -125,10 +126,11 @@ final class TimerDriver: SourceDriver {
 
     /// Puts the next fire of the schedule in the engine (under this driver's lock).
     private func arm(_ state: inout State) {
-        if let old = state.entry {
-            TimerEngine.shared.cancel(old)
-            state.entry = nil
-        }
+        // The old entry goes after the new one is in: the engine never looks empty in
+        // between, so a reschedule does not disarm and re-arm the reactor.
+        let old = state.entry
+        state.entry = nil
+        defer { if let old { TimerEngine.shared.cancel(old) } }
         guard let schedule = state.schedule, let core = state.core else { return }
         let (offset, overflow) = (schedule.interval ?? 0).multipliedReportingOverflow(by: state.nextIndex)
         if overflow { return }
@@ -151,21 +153,24 @@ final class TimerDriver: SourceDriver {
 
     /// The engine fired `entry` (outside its lock): count the fires, schedule the next one.
     func fired(_ entry: TimerEntry, now: UInt64) {
-        let (core, count) = state.locked { state -> (SourceCore?, UInt) in
-            guard state.entry === entry, let schedule = state.schedule else { return (nil, 0) }
-            state.entry = nil
+        // Merged under the lock: a reschedule (which drops pending fires under it) is either
+        // before this fire, which then finds its entry replaced, or after the merge.
+        state.locked { state in
+            guard state.entry === entry, let schedule = state.schedule else { return }
             guard let interval = schedule.interval else {
+                state.entry = nil
                 state.schedule = nil  // one-shot: idle until rescheduled
-                return (state.core, 1)
+                state.core?.merge(1)
+                return
             }
             // Fires missed (handler busy, process stopped) are counted, and the next fire
             // stays on the grid start + k × interval: no drift.
             let firedDeadline = entry.deadline
             let missed = now > firedDeadline ? (now - firedDeadline) / interval : 0
             state.nextIndex &+= 1 + missed
+            state.entry = nil
             arm(&state)
-            return (state.core, UInt(truncatingIfNeeded: 1 + missed))
+            state.core?.merge(UInt(truncatingIfNeeded: 1 + missed))
         }
-        core?.merge(count)
     }
 }
