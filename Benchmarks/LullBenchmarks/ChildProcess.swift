@@ -174,6 +174,10 @@ enum ChildReport {
                 if !series.notes.contains(note) { series.notes.append(note) }
             } else if line.hasPrefix("FAIL ") {
                 series.problem = String(line.dropFirst(5))
+            } else if let marker = line.firstRange(of: "warning lull: ") {
+                // The runtime's own warnings (on standard error), without their timestamp.
+                let note = "runtime warning: " + line[marker.upperBound...]
+                if !series.notes.contains(note) { series.notes.append(note) }
             } else if !line.hasPrefix("WARMUP ") {
                 other.append(line)
             }

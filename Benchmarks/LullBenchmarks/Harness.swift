@@ -67,6 +67,32 @@ struct Benchmark: Sendable {
     /// (for figures a process cannot measure twice, such as the memory a first use costs),
     /// and report their median.
     var freshProcessPerRun = false
+    /// At most this many measured runs (fresh processes with `freshProcessPerRun`), whatever
+    /// `--runs` says: for the long benchmarks, to keep the suite's time in bounds.
+    var maxRuns: Int?
+    /// Further rows of the report's table for this benchmark, each from a named extra.
+    var extraRows: [ExtraRow] = []
+}
+
+/// A further row of the report's table: the medians of one extra for both runtimes, and
+/// their ratio Lull/Dispatch.
+struct ExtraRow: Sendable {
+    enum Style: Sendable {
+        /// A whole number: 1,234.
+        case count
+        /// A rate with an SI suffix: 12.3 M.
+        case rate
+        /// A multiple: 2.31x.
+        case ratio
+    }
+
+    /// The name in the table's first column.
+    let label: String
+    /// The name of the extra (as the benchmark reports it).
+    let extra: String
+    let unit: String
+    let lowerIsBetter: Bool
+    let style: Style
 }
 
 /// Command-line options that shape the suite.

@@ -124,7 +124,10 @@ enum IdleBenchmark {
 enum ThreadSwitches {
     struct Entry {
         var name: String
+        /// Voluntary + involuntary.
         var switches: Int
+        /// Voluntary only: the thread blocked (waited for something), then was woken.
+        var voluntary = 0
     }
 
     static func snapshot(excluding excluded: pid_t) -> [Int32: Entry] {
@@ -138,17 +141,19 @@ enum ThreadSwitches {
             guard let tid = Int32(name), tid != excluded else { continue }
             guard let status = readFile("/proc/self/task/\(tid)/status") else { continue }
             var switches = 0
+            var voluntary = 0
             var threadName = "?"
             for line in status.split(separator: "\n") {
                 if line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:") {
                     if let value = line.split(separator: ":").last.flatMap({ Int($0.trimmingSpaces()) }) {
                         switches += value
+                        if line.hasPrefix("voluntary") { voluntary = value }
                     }
                 } else if line.hasPrefix("Name:") {
                     threadName = String(line.dropFirst("Name:".count).trimmingSpaces())
                 }
             }
-            result[tid] = Entry(name: threadName, switches: switches)
+            result[tid] = Entry(name: threadName, switches: switches, voluntary: voluntary)
         }
         return result
     }

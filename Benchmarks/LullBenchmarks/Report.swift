@@ -29,6 +29,27 @@ enum Report {
         return Format.fixed(value, value < 10 ? 2 : 1) + "x"
     }
 
+    /// The median of an extra of a series without problems.
+    static func extraFigure(_ series: Series?, _ row: ExtraRow) -> Double? {
+        guard let series, series.problem == nil else { return nil }
+        return series.medianExtra(row.extra)
+    }
+
+    static func format(_ value: Double, _ style: ExtraRow.Style) -> String {
+        switch style {
+        case .count: Format.grouped(Int(value.rounded()))
+        case .rate: Format.si(value)
+        case .ratio: Format.fixed(value, value < 10 ? 2 : 1) + "x"
+        }
+    }
+
+    static func ratioText(_ lull: Double?, _ dispatch: Double?) -> String {
+        guard let lull, let dispatch else { return "-" }
+        if dispatch == 0 { return lull == 0 ? "1.00x (both 0)" : "inf" }
+        let value = lull / dispatch
+        return Format.fixed(value, value < 10 ? 2 : 1) + "x"
+    }
+
     static func print(_ results: [BenchmarkResult], options: Options, arguments: [String], loadAtStart: Double?) {
         emit("")
         emit("Lull vs Dispatch — \(timestamp()) — \(machine())"
@@ -39,7 +60,15 @@ enum Report {
         emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up).")
         emit("Rates (…/s): higher is better, and Lull/Dispatch > 1 means Lull is faster.")
         emit("Idle wake-ups (switches): lower is better, and Lull/Dispatch < 1 means Lull wakes up less.")
-        emit("Memory (bytes/source): lower is better, and Lull/Dispatch < 1 means Lull uses less memory per source.")
+        emit("Memory (bytes/source, bytes/timer): lower is better, and Lull/Dispatch < 1 means Lull uses less memory.")
+        if results.contains(where: { $0.benchmark.name.hasPrefix("timer-") }) {
+            emit("Timer wake-ups and lateness (µs): lower is better, and Lull/Dispatch < 1 means Lull wakes the process")
+            emit("less often / fires closer to the deadline. \"timer-wakeups ÷ optimal\": each runtime's wake-ups divided by")
+            emit("the optimal number of wake-up instants for the same timer windows over the same span (greedy interval")
+            emit("stabbing, computed by the benchmark); 1.00x would mean a single thread waking once per optimal instant.")
+            emit("timer-wakeups is a single window in a fresh process; timer-memory the median of up to 3 fresh processes;")
+            emit("timer-churn the median of at most 2 measured runs after its warm-up run.")
+        }
         emit("")
 
         let header = ["benchmark", "size", "unit", "Lull", "Dispatch", "Lull/Dispatch"]
@@ -54,6 +83,16 @@ enum Report {
                 figure(result.series[.dispatch], lowerIsBetter: benchmark.lowerIsBetter),
                 ratio(result),
             ])
+            for extraRow in benchmark.extraRows {
+                let lull = extraFigure(result.series[.lull], extraRow)
+                let dispatch = extraFigure(result.series[.dispatch], extraRow)
+                rows.append([
+                    extraRow.label, "", extraRow.unit,
+                    lull.map { format($0, extraRow.style) } ?? "-",
+                    dispatch.map { format($0, extraRow.style) } ?? "-",
+                    ratioText(lull, dispatch),
+                ])
+            }
         }
         var widths = [Int](repeating: 0, count: header.count)
         for row in rows {

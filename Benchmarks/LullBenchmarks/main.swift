@@ -9,6 +9,7 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
+        + TimerSourceBenchmarks.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups
@@ -32,13 +33,17 @@ let usage = """
     options:
       --quick             smaller N, 3 runs, 1 s idle window
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
-                          idle-read-sources-*: fresh processes measured (each warms up itself)
+                          idle-read-sources-* and timer-memory: fresh processes measured (each
+                          warms up itself); at most 2 for timer-churn and 3 for timer-memory;
+                          not timer-wakeups (one fresh process, one window)
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
                           blocks or calls (default 1,000,000; async-after 100,000; quick: a
                           tenth, async-after a fifth), ping-pong round trips (30,000; quick
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
-                          per thread (5,000,000; quick 1,000,000)
+                          per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
+                          quick 200,000); not timer-wakeups (10,000 timers for 10 s, quick 3 s),
+                          timer-accuracy (1,000 timers), timer-memory (K=100,000)
       --timeout S         per-run timeout in seconds (default 10)
       --help              this text
     """
@@ -103,10 +108,11 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     let parameters = benchmark.parameters(options)
     emit("== \(benchmark.name) (\(benchmark.sizeDescription(parameters))): \(benchmark.title)")
     var series: [Runtime: Series] = [:]
+    let runs = min(options.runs, benchmark.maxRuns ?? options.runs)
     for runtime in Runtime.allCases {
         let childArguments = [
             childSubcommand, benchmark.name, runtime.rawValue, String(parameters.n), "\(parameters.seconds)",
-            "\(parameters.runTimeout)", String(options.runs), "\(options.budgetSeconds)",
+            "\(parameters.runTimeout)", String(runs), "\(options.budgetSeconds)",
         ]
         // One run may take up to its timeout; the child stops starting runs after its budget.
         let childTimeout = benchmark.freshProcessPerRun
@@ -117,7 +123,7 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
         let started = Clock.now()
         var runtimeSeries = Series()
         // Fresh-process benchmarks: one child per measurement, within the same time budget.
-        let processes = benchmark.freshProcessPerRun ? options.runs : 1
+        let processes = benchmark.freshProcessPerRun ? runs : 1
         for index in 0..<processes {
             if index > 0 && Clock.seconds(from: started, to: Clock.now()) > options.budgetSeconds {
                 runtimeSeries.notes.append("stopped after \(index) of \(processes) processes "
