@@ -35,6 +35,6 @@ enum DelayedWork {
 
     /// Runs `action` on the polling thread once `deadline` (monotonic ns) has passed.
     static func scheduleHousekeeping(at deadline: UInt64, _ action: @escaping @Sendable () -> Void) {
-        TimerEngine.shared.schedule(TimerEntry(action: .direct(action)), deadline: deadline, leeway: 0)
+        TimerEngine.shared.schedule(TimerEntry(action: .direct(action), isHousekeeping: true), deadline: deadline, leeway: 0)
     }
 }

@@ -68,11 +68,10 @@ final class Reactor: Sendable {
     /// least one event and runs the callbacks of those that are ready.
     func pollOnce() {
         let result = event_base_loop(base, EVLOOP_ONCE)
+        // 1 means nothing was registered when the loop started: the last event left while
+        // this thread was on its way to poll. The caller looks at the interest again.
         if result < 0 {
             RuntimeLog.once("loop-error") { "event_base_loop failed (\(result)); errno \(errno)" }
-        } else if result == 1 {
-            // libevent has nothing registered although the interest count says otherwise.
-            RuntimeLog.once("loop-empty") { "reactor polled with no registered events (interest \(interest.load(ordering: .relaxed)))" }
         }
     }
 
@@ -92,7 +91,12 @@ final class Reactor: Sendable {
                     RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
                 }
                 // Counted after the add, so that a poller woken by the count finds the event.
-                if !wasArmed { addInterest() }
+                if !wasArmed {
+                    addInterest()
+                } else {
+                    // The leader may be away running work: a new deadline needs a poller now.
+                    WorkerPool.shared.ensurePoller()
+                }
             } else if armed != nil {
                 armed = nil
                 // Uncounted first: the interest never counts an event libevent no longer has.
@@ -118,10 +122,11 @@ final class Reactor: Sendable {
         timerFired()
     }
 
+    /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
+    /// may be away running work, and only libevent's own wake-up would reach a poller.
     func addInterest() {
-        if interest.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue == 0 {
-            WorkerPool.shared.ensurePoller()
-        }
+        interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        WorkerPool.shared.ensurePoller()
     }
 
     func removeInterest() {

@@ -8,7 +8,8 @@ import Glibc
 /// not. So while a class has queued work and every thread it may run is taken, the pool
 /// looks again `interval` later, from the polling thread: workers the kernel reports as
 /// sleeping (`S` or `D` in /proc) that Lull does not know to be blocked are replaced by new
-/// threads, up to the pool's ceiling. Nothing runs while the pool is not saturated: the
+/// threads, up to the pool's ceiling — but only if the class finished no job in the
+/// meantime (a thread caught asleep on a lock for an instant is not blocked). Nothing runs while the pool is not saturated: the
 /// check is armed by a saturated submit, never by a clock.
 final class StallMonitor: Sendable {
     static let interval: UInt64 = 50_000_000
@@ -59,6 +60,10 @@ extension WorkerPool {
             }
             guard let snapshot else { continue }
             stillSaturated = true
+            // Progress since the last look: threads seen asleep were only between jobs or on
+            // a lock for a moment (a caller's lock, the allocator's), not blocked.
+            let completed = pool.completedJobs.load(ordering: .relaxed)
+            if pool.completedAtLastCheck.exchange(completed, ordering: .relaxed) != completed { continue }
             let sleeping = snapshot.tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
             let unknownBlocked = sleeping - snapshot.knownBlocked
             guard unknownBlocked > 0 else { continue }

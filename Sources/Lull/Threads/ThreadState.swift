@@ -21,10 +21,10 @@ final class ThreadState {
     var context: ExecutionContext = .empty
     /// Serial queues (and barrier-held concurrent queues) this thread holds, innermost last.
     var heldQueues: [HeldQueue] = []
-    /// Set while this thread polls the reactor: work for its class may go to the inline slot.
+    /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     var pollingClass: QoS.QoSClass?
-    var inlineSlot: Job?
-    /// A block that went to the inline slot ran this long last time (ns).
+    var inlineBatch = Fifo<Job>()
+    /// The last job this thread ran after a poll took this long (ns).
     var lastInlineDuration: UInt64 = 0
 
     private init(workerClass: QoS.QoSClass?) {

@@ -54,8 +54,8 @@ final class WorkerPool: Sendable {
     func submit(_ job: Job) {
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
         let thread = ThreadState.current
-        if thread.pollingClass == qosClass && thread.inlineSlot == nil {
-            thread.inlineSlot = job
+        if thread.pollingClass == qosClass {
+            thread.inlineBatch.append(job)
             return
         }
         let pool = classes[qosClass.poolIndex]
@@ -241,12 +241,12 @@ final class WorkerPool: Sendable {
             start(cascade, in: pool)
             switch next {
             case .job(let job):
-                JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+                runTimed(job, thread: thread, pool: pool)
             case .poll:
                 poll(reactor, thread: thread, pool: pool)
             case .spin:
                 if let job = spinForWork(worker, pool: pool) {
-                    JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+                    runTimed(job, thread: thread, pool: pool)
                 } else if !parkUntilClaimed(worker, pool: pool) {
                     return
                 }
@@ -266,15 +266,39 @@ final class WorkerPool: Sendable {
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerActive.store(false, ordering: .releasing)
-        pool.state.locked { $0.running += 1 }
-        guard let job = thread.inlineSlot else { return }
-        thread.inlineSlot = nil
-        if thread.lastInlineDuration > longInlineNanoseconds && reactor.needsPoller {
-            ensurePoller()
+        var batch = Fifo<Job>()
+        swap(&batch, &thread.inlineBatch)
+        let slow = thread.lastInlineDuration > longInlineNanoseconds
+        // The rest of the batch waits in the class queue, where this thread takes it next:
+        // a wake-up's worth of events costs no other thread's wake-up. After slow work,
+        // helpers are recruited as usual instead.
+        let helper = pool.state.locked { state -> Helper in
+            state.running += 1
+            guard batch.count > 1 else { return .none }
+            let first = batch.popFirst()!
+            while let job = batch.popFirst() { state.pushJob(job, pool) }
+            batch.prepend(first)
+            return slow ? recruit(&state) : .none
         }
+        guard let job = batch.popFirst() else { return }
+        if slow {
+            start(helper, in: pool)
+            if reactor.needsPoller { ensurePoller() }
+        }
+        runTimed(job, thread: thread, pool: pool)
+    }
+
+    /// Runs a job and remembers how long it took; after a slow job with work still queued,
+    /// recruits a helper (work kept for this thread must not wait behind slow work).
+    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
         let start = SystemClock.monotonicNanoseconds()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        pool.completedJobs.wrappingAdd(1, ordering: .relaxed)
         thread.lastInlineDuration = SystemClock.monotonicNanoseconds() &- start
+        if thread.lastInlineDuration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
+            let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
+            self.start(helper, in: pool)
+        }
     }
 
     /// The class's one spinning worker waits briefly for work. Returns a job (the worker is
@@ -352,6 +376,10 @@ final class ClassPool: Sendable {
 
     /// The number of queued jobs, readable without the lock by a spinning worker.
     let queuedJobs = Atomic<Int>(0)
+    /// Jobs finished by the class's workers, and the count the stall check saw last: a class
+    /// that finishes jobs is not stalled, whatever state its threads are in at one instant.
+    let completedJobs = Atomic<UInt64>(0)
+    let completedAtLastCheck = Atomic<UInt64>(0)
 
     let qosClass: QoS.QoSClass
     let state = SpinFutexLock<State>(State())

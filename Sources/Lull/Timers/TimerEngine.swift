@@ -24,6 +24,10 @@ final class TimerEngine: Sendable {
         var nextSequence: UInt64 = 0
         var wallEntries: [ObjectIdentifier: TimerEntry] = [:]
         var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
+        /// The window end the reactor's timer is armed for, if armed.
+        var armedAt: UInt64?
+        /// How many of the entries are runtime housekeeping.
+        var housekeeping = 0
     }
 
     private let state = SpinFutexLock<State>(State())
@@ -43,6 +47,7 @@ final class TimerEngine: Sendable {
             state.nextSequence &+= 1
             state.byDeadline.insert(entry)
             state.byLatest.insert(entry)
+            if entry.isHousekeeping { state.housekeeping += 1 }
             if wallDeadline != nil {
                 state.wallEntries[ObjectIdentifier(entry)] = entry
                 watchClock(&state)
@@ -52,11 +57,16 @@ final class TimerEngine: Sendable {
     }
 
     /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
+    ///
+    /// The reactor stays armed as it was: if the entry was the earliest, the process wakes
+    /// once at its time, finds nothing and re-arms. Disarming at every cancel would cost a
+    /// reactor round trip (and a wake-up of the poller) per cancelled timer, which a program
+    /// that creates and cancels many timers (timeouts that rarely expire) pays constantly.
     func cancel(_ entry: TimerEntry) {
         state.locked { state in
             guard entry.isScheduled else { return }
             remove(entry, from: &state)
-            rearm(&state)
+            earliestDeadline.store(state.byDeadline.first?.deadline ?? .max, ordering: .releasing)
         }
     }
 
@@ -64,20 +74,20 @@ final class TimerEngine: Sendable {
         guard entry.isScheduled else { return }
         state.byDeadline.remove(entry)
         state.byLatest.remove(entry)
+        if entry.isHousekeeping { state.housekeeping -= 1 }
         if entry.wallDeadline != nil { state.wallEntries[ObjectIdentifier(entry)] = nil }
     }
 
-    /// Arms the reactor for the earliest window end (under the lock, so that arming
-    /// follows the order of changes).
+    /// Arms the reactor for the earliest window end if it is not armed at or before it
+    /// (under the lock, so that arming follows the order of changes).
     private func rearm(_ state: inout State) {
         earliestDeadline.store(state.byDeadline.first?.deadline ?? .max, ordering: .releasing)
-        guard let first = state.byLatest.first else {
-            Reactor.shared.setTimer(nil)
-            return
-        }
+        guard let first = state.byLatest.first else { return }
+        if let armed = state.armedAt, armed <= first.latest { return }
         // Exactly at the window's end: arming earlier would split windows that share only
         // that instant into two wake-ups. The kernel's wake-up latency (0.1-0.4 ms measured
         // on a loaded 2-core VM) comes on top, as for any timer.
+        state.armedAt = first.latest
         Reactor.shared.setTimer(first.latest)
     }
 
@@ -86,6 +96,9 @@ final class TimerEngine: Sendable {
         let now = SystemClock.monotonicNanoseconds()
         var due: [TimerEntry] = []
         state.locked { state in
+            // Called for the reactor's timer or for another wake-up: either way, arm anew
+            // for what is left (re-arming at the same time is harmless).
+            state.armedAt = nil
             while let first = state.byDeadline.first, first.deadline <= now {
                 remove(first, from: &state)
                 due.append(first)
@@ -154,8 +167,9 @@ final class TimerEngine: Sendable {
         fireIfDue()
     }
 
-    /// Live timers (for diagnostics and tests).
-    var count: Int { state.locked { $0.byDeadline.count } }
+    /// Live timers of the program — timer sources and delayed blocks, not the runtime's own
+    /// housekeeping (for diagnostics and tests).
+    var count: Int { state.locked { $0.byDeadline.count - $0.housekeeping } }
 }
 
 /// Converts a wall-clock instant to the monotonic clock, now.

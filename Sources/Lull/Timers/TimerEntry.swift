@@ -23,9 +23,12 @@ final class TimerEntry: @unchecked Sendable {
     var deadlineSlot = -1
     var latestSlot = -1
     let action: Action
+    /// The runtime's own (the stall check): not counted among the program's timers.
+    let isHousekeeping: Bool
 
-    init(action: Action) {
+    init(action: Action, isHousekeeping: Bool = false) {
         self.action = action
+        self.isHousekeeping = isHousekeeping
     }
 
     var isScheduled: Bool { deadlineSlot >= 0 }
