@@ -861,6 +861,9 @@ enum SourceTestKit {
         target.sync {}
     }
 
+    /// True in a ThreadSanitizer build (its runtime is linked in).
+    static let underThreadSanitizer: Bool = dlsym(nil, "__tsan_init") != nil
+
     /// Runs `body(index)` on `count` new threads at once and waits for all of them.
     static func runThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
         final class Start: Sendable {
