@@ -10,6 +10,11 @@ enum JobRunner {
             owner.runForwarded(job, thread: thread)
             return
         }
+        runIgnoringOwner(job, floor: floor, drainQoS: drainQoS, thread: thread)
+    }
+
+    /// Runs the job itself (for a forwarded block, once its queue has accepted it).
+    static func runIgnoringOwner(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
         switch job.work {
         case .block(let block):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)

@@ -159,9 +159,9 @@ extension WorkQueue {
     /// Runs a block this concurrent queue forwarded to its global target — unless the queue
     /// was suspended since, in which case the block goes back to wait in the queue.
     func runForwarded(_ job: Job, thread: ThreadState) {
-        var job = job
-        job.owner = nil
         if pausedCount.load(ordering: .acquiring) > 0 {
+            var job = job
+            job.owner = nil
             let request = state.locked { state -> (WorkQueue, Job)? in
                 state.inFlight -= 1
                 state.pending.prepend(job)
@@ -172,7 +172,7 @@ extension WorkQueue {
             return
         }
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: false))
-        JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        JobRunner.runIgnoringOwner(job, floor: .unspecified, drainQoS: nil, thread: thread)
         thread.heldQueues.removeLast()
         // A barrier may be waiting for the last running block.
         let request = state.locked { state -> (WorkQueue, Job)? in

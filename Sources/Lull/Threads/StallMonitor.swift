@@ -54,16 +54,15 @@ extension WorkerPool {
         var stillSaturated = false
         let pollerTid = pollerThreadID.load(ordering: .acquiring)
         for pool in classes {
-            let snapshot = pool.state.locked { state -> (tids: [Int32], knownBlocked: Int)? in
+            let snapshot = pool.state.locked { state -> (tids: [Int32], knownBlocked: Int, taken: UInt64)? in
                 guard !state.jobs.isEmpty, state.idle.isEmpty, state.running >= cpuCount else { return nil }
-                return (Array(state.threadIDs), state.blocked)
+                return (Array(state.threadIDs), state.blocked, state.taken)
             }
             guard let snapshot else { continue }
             stillSaturated = true
             // Progress since the last look: threads seen asleep were only between jobs or on
             // a lock for a moment (a caller's lock, the allocator's), not blocked.
-            let completed = pool.completedJobs.load(ordering: .relaxed)
-            if pool.completedAtLastCheck.exchange(completed, ordering: .relaxed) != completed { continue }
+            if pool.takenAtLastCheck.exchange(snapshot.taken, ordering: .relaxed) != snapshot.taken { continue }
             let sleeping = snapshot.tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
             let unknownBlocked = sleeping - snapshot.knownBlocked
             guard unknownBlocked > 0 else { continue }

@@ -291,10 +291,10 @@ final class WorkerPool: Sendable {
     /// Runs a job and remembers how long it took; after a slow job with work still queued,
     /// recruits a helper (work kept for this thread must not wait behind slow work).
     private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
-        let start = SystemClock.monotonicNanoseconds()
+        // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
+        let start = SystemClock.coarseMonotonicNanoseconds()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
-        pool.completedJobs.wrappingAdd(1, ordering: .relaxed)
-        thread.lastInlineDuration = SystemClock.monotonicNanoseconds() &- start
+        thread.lastInlineDuration = SystemClock.coarseMonotonicNanoseconds() &- start
         if thread.lastInlineDuration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
             self.start(helper, in: pool)
@@ -367,8 +367,12 @@ final class ClassPool: Sendable {
             pool.queuedJobs.store(jobs.count, ordering: .releasing)
         }
 
+        /// Jobs taken off the queue so far (progress, for the stall check).
+        var taken: UInt64 = 0
+
         mutating func popJob(_ pool: ClassPool) -> Job? {
             guard let job = jobs.popFirst() else { return nil }
+            taken &+= 1
             pool.queuedJobs.store(jobs.count, ordering: .releasing)
             return job
         }
@@ -376,10 +380,9 @@ final class ClassPool: Sendable {
 
     /// The number of queued jobs, readable without the lock by a spinning worker.
     let queuedJobs = Atomic<Int>(0)
-    /// Jobs finished by the class's workers, and the count the stall check saw last: a class
-    /// that finishes jobs is not stalled, whatever state its threads are in at one instant.
-    let completedJobs = Atomic<UInt64>(0)
-    let completedAtLastCheck = Atomic<UInt64>(0)
+    /// The count of taken jobs the stall check saw last: a class whose workers take jobs is
+    /// not stalled, whatever state its threads are in at one instant.
+    let takenAtLastCheck = Atomic<UInt64>(0)
 
     let qosClass: QoS.QoSClass
     let state = SpinFutexLock<State>(State())
