@@ -214,14 +214,19 @@ extension WorkQueue {
 /// only then reads `result()`; the parker's futex gives the happens-before edge. The caller
 /// stays blocked until then, so the non-escaping closure outlives every use.
 private final class SyncBodyBox<T>: @unchecked Sendable {
-    private let body: () throws -> T
+    private var body: (() throws -> T)?
     private(set) var outcome: Result<T, any Error>?
 
     init(_ body: @escaping () throws -> T) {
         self.body = body
     }
 
+    /// Runs the body and lets go of it before the caller is woken: the caller's
+    /// `withoutActuallyEscaping` checks that nothing holds the closure any more.
     func run() {
-        outcome = Result { try body() }
+        if let body {
+            outcome = Result { try body() }
+        }
+        body = nil
     }
 }
