@@ -6,8 +6,7 @@ public final class WorkGroup: Sendable {
 
     private struct State {
         var count = 0
-        var waiters: [Parker] = []
-        var notifications: [(WorkQueue, Job)] = []
+        var waiters = CompletionWaiters()
     }
 
     public init() {}
@@ -20,17 +19,15 @@ public final class WorkGroup: Sendable {
     /// Marks one piece of work as done; the group empties when the count returns to zero.
     /// - Precondition: each `leave` matches an `enter`.
     public func leave() {
-        let (waiters, notifications) = state.locked { state -> ([Parker], [(WorkQueue, Job)]) in
+        let waiters = state.locked { state -> CompletionWaiters in
             state.count -= 1
             if state.count < 0 {
                 lullFatal("unbalanced WorkGroup.leave(): more leave() calls than enter() calls")
             }
-            guard state.count == 0 else { return ([], []) }
-            defer { state.waiters = []; state.notifications = [] }
-            return (state.waiters, state.notifications)
+            guard state.count == 0 else { return CompletionWaiters() }
+            return state.waiters.takeAll()
         }
-        for waiter in waiters { waiter.unpark() }
-        for (queue, job) in notifications { queue.enqueue(job) }
+        waiters.release()
     }
 
     /// Blocks until the group is empty.
@@ -40,20 +37,15 @@ public final class WorkGroup: Sendable {
 
     /// Blocks until the group is empty or `timeout` passes.
     public func wait(timeout: Deadline) -> WaitResult {
-        let parker = Parker()
-        let empty = state.locked { state -> Bool in
-            if state.count == 0 { return true }
-            state.waiters.append(parker)
-            return false
-        }
-        if empty { return .success }
-        if WorkerPool.shared.blocking({ parker.park(until: timeout) }) { return .success }
-        let removed = state.locked { state -> Bool in
-            guard let index = state.waiters.firstIndex(where: { $0 === parker }) else { return false }
-            state.waiters.remove(at: index)
-            return true
-        }
-        return removed ? .timedOut : .success
+        CompletionWaiters.wait(until: timeout, register: { parker in
+            state.locked { state in
+                if state.count == 0 { return true }
+                state.waiters.add(parker)
+                return false
+            }
+        }, unregister: { parker in
+            state.locked { $0.waiters.remove(parker) }
+        })
     }
 
     /// Submits `execute` to `queue` once the group is empty (at once if it is empty now).
@@ -62,7 +54,7 @@ public final class WorkGroup: Sendable {
         let job = queue.makeJob(.block(execute), qos: qos, flags: flags)
         let empty = state.locked { state -> Bool in
             if state.count == 0 { return true }
-            state.notifications.append((queue, job))
+            state.waiters.add(notification: job, on: queue)
             return false
         }
         if empty { queue.enqueue(job) }

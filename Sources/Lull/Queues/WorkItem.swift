@@ -21,8 +21,7 @@ public final class WorkItem: Sendable {
 
     private struct Completion {
         var isDone = false
-        var waiters: [Parker] = []
-        var notifications: [(WorkQueue, Job)] = []
+        var waiters = CompletionWaiters()
     }
 
     public init(qos: QoS = .unspecified, flags: WorkItemFlags = [], block: @escaping @Sendable () -> Void) {
@@ -74,14 +73,12 @@ public final class WorkItem: Sendable {
 
     /// Marks the item as finished (or skipped): wakes waiters and submits notifications.
     func complete() {
-        let (waiters, notifications) = completion.locked { state -> ([Parker], [(WorkQueue, Job)]) in
-            if state.isDone { return ([], []) }
+        let waiters = completion.locked { state -> CompletionWaiters in
+            if state.isDone { return CompletionWaiters() }
             state.isDone = true
-            defer { state.waiters = []; state.notifications = [] }
-            return (state.waiters, state.notifications)
+            return state.waiters.takeAll()
         }
-        for waiter in waiters { waiter.unpark() }
-        for (queue, job) in notifications { queue.enqueue(job) }
+        waiters.release()
     }
 
     /// Blocks until the item has completed.
@@ -91,22 +88,15 @@ public final class WorkItem: Sendable {
 
     /// Blocks until the item has completed or `timeout` passes.
     public func wait(timeout: Deadline) -> WaitResult {
-        let parker = Parker()
-        let done = completion.locked { state -> Bool in
-            if state.isDone { return true }
-            state.waiters.append(parker)
-            return false
-        }
-        if done { return .success }
-        let woken = WorkerPool.shared.blocking { parker.park(until: timeout) }
-        if woken { return .success }
-        let removed = completion.locked { state -> Bool in
-            guard let index = state.waiters.firstIndex(where: { $0 === parker }) else { return false }
-            state.waiters.remove(at: index)
-            return true
-        }
-        // Not removed: completion raced with the timeout and already took this waiter.
-        return removed ? .timedOut : .success
+        CompletionWaiters.wait(until: timeout, register: { parker in
+            completion.locked { state in
+                if state.isDone { return true }
+                state.waiters.add(parker)
+                return false
+            }
+        }, unregister: { parker in
+            completion.locked { $0.waiters.remove(parker) }
+        })
     }
 
     /// Submits `execute` to `queue` once the item has completed.
@@ -124,7 +114,7 @@ public final class WorkItem: Sendable {
     private func addNotification(queue: WorkQueue, job: Job) {
         let done = completion.locked { state -> Bool in
             if state.isDone { return true }
-            state.notifications.append((queue, job))
+            state.waiters.add(notification: job, on: queue)
             return false
         }
         if done { queue.enqueue(job) }

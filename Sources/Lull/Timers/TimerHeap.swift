@@ -93,3 +93,13 @@ struct TimerHeap {
         setSlot(entries[rhs], rhs)
     }
 }
+
+/// A heap key: a time, then the order of insertion for equal times.
+struct TimeKey: Comparable {
+    let time: UInt64
+    let sequence: UInt64
+
+    static func < (lhs: TimeKey, rhs: TimeKey) -> Bool {
+        lhs.time != rhs.time ? lhs.time < rhs.time : lhs.sequence < rhs.sequence
+    }
+}
