@@ -74,11 +74,6 @@ int lull_futex_wake(uint32_t *address, int count) {
     return result >= 0 ? 0 : errno;
 }
 
-uint32_t lull_atomic_load(uint32_t *address) { return __atomic_load_n(address, __ATOMIC_ACQUIRE); }
-void lull_atomic_store(uint32_t *address, uint32_t value) { __atomic_store_n(address, value, __ATOMIC_RELEASE); }
-uint32_t lull_atomic_exchange(uint32_t *address, uint32_t value) {
-    return __atomic_exchange_n(address, value, __ATOMIC_ACQ_REL);
-}
 
 enum { PARK_EMPTY = 0, PARK_NOTIFIED = 1, PARK_PARKED = 2 };
 

@@ -38,10 +38,6 @@ int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec 
 /// Wakes up to `count` threads waiting on address.
 int lull_futex_wake(uint32_t *address, int count);
 
-/// Atomic helpers on a futex word shared with lull_futex_wait.
-uint32_t lull_atomic_load(uint32_t *address);
-void lull_atomic_store(uint32_t *address, uint32_t value);
-uint32_t lull_atomic_exchange(uint32_t *address, uint32_t value);
 
 /// A one-permit parking word (0 empty, 1 permit available, 2 a thread parked).
 /// lull_park consumes the permit or sleeps until lull_unpark gives one or the absolute

@@ -70,7 +70,7 @@ final class DescriptorDriver: SourceDriver {
         }
         self.core = core
         do throws(ReactorError) {
-            let joined = try DescriptorTable.shared.attach(self, identity: found, label: subject)
+            let joined = try DescriptorTable.shared.attach(self, identity: found)
             mux.locked { $0 = joined }
             return nil
         } catch {

@@ -74,7 +74,12 @@ final class DescriptorMux: Sendable {
     private struct State {
         var readers = Direction()
         var writers = Direction()
-        var retired = false
+
+        /// The sources of one direction (attach and detach only: not a hot path).
+        subscript(writing writing: Bool) -> Direction {
+            get { writing ? writers : readers }
+            set { if writing { writers = newValue } else { readers = newValue } }
+        }
     }
 
     private let state = Mutex<State>(State())
@@ -87,40 +92,27 @@ final class DescriptorMux: Sendable {
     /// Adds a source's driver; registers the direction's event if it is the first.
     func attach(_ driver: DescriptorDriver) throws(ReactorError) {
         let context = Unmanaged.passUnretained(self).toOpaque()
+        let writing = driver.forWriting
         try state.locked { state throws(ReactorError) in
-            if driver.forWriting {
-                if state.writers.event == nil {
-                    state.writers.event = EventHandle(pointer: try Reactor.shared.addEvent(
-                        descriptor: descriptor, forWriting: true, oneShot: false,
-                        callback: muxEventCallback, context: context))
-                    Reactor.shared.addInterest()
-                }
-                state.writers.add(driver)
-            } else {
-                if state.readers.event == nil {
-                    state.readers.event = EventHandle(pointer: try Reactor.shared.addEvent(
-                        descriptor: descriptor, forWriting: false, oneShot: false,
-                        callback: muxEventCallback, context: context))
-                    Reactor.shared.addInterest()
-                }
-                state.readers.add(driver)
+            if state[writing: writing].event == nil {
+                state[writing: writing].event = EventHandle(pointer: try Reactor.shared.addEvent(
+                    descriptor: descriptor, forWriting: writing, oneShot: false,
+                    callback: muxEventCallback, context: context))
+                Reactor.shared.addInterest()
             }
+            state[writing: writing].add(driver)
         }
     }
 
     /// Removes a driver. When this returns no callback reaches it. Returns true when the mux
     /// has no source left (its events are gone).
     func detach(_ driver: DescriptorDriver) -> Bool {
+        let writing = driver.forWriting
         var unused: EventHandle?
         let empty = state.locked { state -> Bool in
-            if driver.forWriting {
-                if state.writers.remove(driver), state.writers.isEmpty {
-                    unused = state.writers.event
-                    state.writers.event = nil
-                }
-            } else if state.readers.remove(driver), state.readers.isEmpty {
-                unused = state.readers.event
-                state.readers.event = nil
+            if state[writing: writing].remove(driver), state[writing: writing].isEmpty {
+                unused = state[writing: writing].event
+                state[writing: writing].event = nil
             }
             return state.readers.isEmpty && state.writers.isEmpty
         }
@@ -137,14 +129,12 @@ final class DescriptorMux: Sendable {
     func retire() -> [DescriptorDriver] {
         var events: [EventHandle] = []
         let drivers = state.locked { state -> [DescriptorDriver] in
-            state.retired = true
             var drivers: [DescriptorDriver] = []
             state.readers.forEach { drivers.append($0) }
             state.writers.forEach { drivers.append($0) }
             if let event = state.readers.event { events.append(event) }
             if let event = state.writers.event { events.append(event) }
             state = State()
-            state.retired = true
             return drivers
         }
         for event in events {
@@ -185,7 +175,7 @@ final class DescriptorTable: Sendable {
     private let muxes = Mutex<[DescriptorMux?]>([])
 
     /// Attaches `driver` to the mux of its descriptor (making it, or replacing a stale one).
-    func attach(_ driver: DescriptorDriver, identity: DescriptorIdentity, label: @autoclosure () -> String) throws(ReactorError) -> DescriptorMux {
+    func attach(_ driver: DescriptorDriver, identity: DescriptorIdentity) throws(ReactorError) -> DescriptorMux {
         let descriptor = driver.descriptor
         let index = Int(descriptor)
         let file = identity.folded

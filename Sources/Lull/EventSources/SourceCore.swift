@@ -168,8 +168,6 @@ final class SourceCore: Sendable {
     }
 
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
-    /// No job of the source is posted or running (for tests that wait for quiet).
-    var isIdle: Bool { !scheduled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
     var registrationError: (any Error)? { state.locked { $0.registrationError } }
 

@@ -64,6 +64,27 @@ struct QueueState: Sendable {
         if drainers == 0 { drainerClass = .unspecified }
     }
 
+    /// Takes the queue for a `sync` caller if nothing is queued, running in the way, paused
+    /// or inactive: exclusively (serial, barrier) or as one more runner (concurrent).
+    mutating func acquireForSync(kind: WorkQueue.Kind, exclusive: Bool) -> Bool {
+        guard !isPaused, pending.isEmpty else { return false }
+        switch kind {
+        case .serial:
+            guard !isOwned else { return false }
+            isOwned = true
+        case .concurrent:
+            guard !barrierActive else { return false }
+            if exclusive {
+                guard inFlight == 0 else { return false }
+                barrierActive = true
+            }
+            inFlight += 1
+        case .root, .mainThread:
+            break
+        }
+        return true
+    }
+
     /// Puts blocks that a drain took but did not run back at the head, before newer ones.
     mutating func putBack(_ rest: inout Fifo<Job>) {
         guard !rest.isEmpty else { return }

@@ -92,22 +92,7 @@ extension WorkQueue {
             case .serial, .concurrent: return .nested
             case .root: break
             }
-            guard !state.isPaused, state.pending.isEmpty else { return .busy }
-            switch kind {
-            case .serial:
-                guard !state.isOwned else { return .busy }
-                state.isOwned = true
-            case .concurrent:
-                guard !state.barrierActive else { return .busy }
-                if exclusive {
-                    guard state.inFlight == 0 else { return .busy }
-                    state.barrierActive = true
-                }
-                state.inFlight += 1
-            case .root, .mainThread:
-                break
-            }
-            return .acquired
+            return state.acquireForSync(kind: kind, exclusive: exclusive) ? .acquired : .busy
         }
     }
 
@@ -146,24 +131,7 @@ extension WorkQueue {
     }
 
     private func tryAcquireForSync(exclusive: Bool) -> Bool {
-        state.locked { state in
-            guard !state.isPaused, state.pending.isEmpty else { return false }
-            switch kind {
-            case .serial:
-                guard !state.isOwned else { return false }
-                state.isOwned = true
-            case .concurrent:
-                guard !state.barrierActive else { return false }
-                if exclusive {
-                    guard state.inFlight == 0 else { return false }
-                    state.barrierActive = true
-                }
-                state.inFlight += 1
-            case .root, .mainThread:
-                break
-            }
-            return true
-        }
+        state.locked { $0.acquireForSync(kind: kind, exclusive: exclusive) }
     }
 
     /// Gives back what a `sync` caller held, and lets waiting blocks run.

@@ -32,7 +32,6 @@ final class DescriptorRegistration: Sendable {
     /// (guarded by `removed`); libevent serialises all calls on it with the base's lock.
     fileprivate nonisolated(unsafe) var event: OpaquePointer?
     let handler: any ReactorEventHandler
-    let descriptor: Int32
     let oneShot: Bool
     private let removed = Atomic<Bool>(false)
     /// Whether this registration counts in the reactor's interest: 0 not yet, 1 counted,
@@ -40,9 +39,8 @@ final class DescriptorRegistration: Sendable {
     /// that nobody polls for it any more and nothing is counted twice.
     private let interest = Atomic<UInt8>(0)
 
-    fileprivate init(handler: any ReactorEventHandler, descriptor: Int32, oneShot: Bool) {
+    fileprivate init(handler: any ReactorEventHandler, oneShot: Bool) {
         self.handler = handler
-        self.descriptor = descriptor
         self.oneShot = oneShot
     }
 
@@ -79,7 +77,7 @@ extension Reactor {
     /// is still owed).
     func register(descriptor: Int32, forWriting: Bool, oneShot: Bool = false,
                   handler: any ReactorEventHandler) throws(ReactorError) -> DescriptorRegistration {
-        let registration = DescriptorRegistration(handler: handler, descriptor: descriptor, oneShot: oneShot)
+        let registration = DescriptorRegistration(handler: handler, oneShot: oneShot)
         registration.event = try addEvent(descriptor: descriptor, forWriting: forWriting, oneShot: oneShot,
                                           callback: descriptorEventCallback,
                                           context: Unmanaged.passUnretained(registration).toOpaque())

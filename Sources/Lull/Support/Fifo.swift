@@ -35,10 +35,6 @@ struct Fifo<Element> {
         return element
     }
 
-    mutating func removeAll() {
-        while popFirst() != nil {}
-    }
-
     private mutating func grow() {
         let newCapacity = Swift.max(4, storage.count * 2)
         var newStorage = ContiguousArray<Element?>(repeating: nil, count: newCapacity)

@@ -46,7 +46,4 @@ extension UInt64 {
         return UInt64(sum)
     }
 
-    func saturatingAdding(nanoseconds delta: Int64) -> UInt64 {
-        saturatingAdding(nanoseconds: Int128(delta))
-    }
 }

@@ -156,8 +156,7 @@ final class TimerEngine: Sendable {
                 guard let wall = entry.wallDeadline else { continue }
                 state.byDeadline.remove(entry)
                 state.byLatest.remove(entry)
-                let delta = Int128(wall) - Int128(wallNow)
-                entry.deadline = monotonicNow.saturatingAdding(nanoseconds: max(0, delta))
+                entry.deadline = monotonicDeadline(forWall: wall, wallNow: wallNow, monotonicNow: monotonicNow)
                 entry.latest = entry.deadline.saturatingAdding(nanoseconds: Int128(entry.leeway))
                 state.byDeadline.insert(entry)
                 state.byLatest.insert(entry)
@@ -172,10 +171,10 @@ final class TimerEngine: Sendable {
     var count: Int { state.locked { $0.byDeadline.count - $0.housekeeping } }
 }
 
-/// Converts a wall-clock instant to the monotonic clock, now.
-func monotonicDeadline(forWall wall: UInt64) -> UInt64 {
-    let wallNow = SystemClock.realtimeNanoseconds()
-    let monotonicNow = SystemClock.monotonicNanoseconds()
+/// Converts a wall-clock instant to the monotonic clock, as of the given readings of both
+/// clocks (by default, now). A past instant maps to the monotonic "now".
+func monotonicDeadline(forWall wall: UInt64, wallNow: UInt64 = SystemClock.realtimeNanoseconds(),
+                       monotonicNow: UInt64 = SystemClock.monotonicNanoseconds()) -> UInt64 {
     if wall == .max { return .max }
     return monotonicNow.saturatingAdding(nanoseconds: max(0, Int128(wall) - Int128(wallNow)))
 }
