@@ -30,3 +30,4 @@ struct Job: Sendable {
         Job(work: .drain(queue), qos: QoS(qosClass), flags: [], context: .empty, group: nil)
     }
 }
+

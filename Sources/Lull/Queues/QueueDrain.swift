@@ -102,7 +102,7 @@ extension WorkQueue {
                 }
                 let nested = !(state.target?.isGlobal ?? true)
                 if head.isBarrier {
-                    guard state.inFlight == 0 else { return nil }
+                    guard state.inFlight == 0, forwardedBlocksFinished() else { return nil }
                     batch.append(state.pending.popFirst()!)
                     state.barrierActive = true
                     state.inFlight = 1
@@ -162,24 +162,39 @@ extension WorkQueue {
         if pausedCount.load(ordering: .acquiring) > 0 {
             var job = job
             job.owner = nil
-            let request = state.locked { state -> (WorkQueue, Job)? in
-                state.inFlight -= 1
-                state.pending.prepend(job)
+            let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
+                state.pending.prepend(job)
                 return state.drainRequestIfNeeded(for: self)
             }
-            if let (target, token) = request { target.enqueue(token) }
+            WorkQueue.post(request)
+            forwardedBlockFinished()
             return
         }
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: false))
         JobRunner.runIgnoringOwner(job, floor: .unspecified, drainQoS: nil, thread: thread)
         thread.heldQueues.removeLast()
-        // A barrier may be waiting for the last running block.
-        let request = state.locked { state -> (WorkQueue, Job)? in
-            state.inFlight -= 1
-            return state.inFlight == 0 ? state.drainRequestIfNeeded(for: self) : nil
-        }
-        if let (target, token) = request { target.enqueue(token) }
+        forwardedBlockFinished()
+    }
+
+    /// Counts a forwarded block out (without the queue lock: the producer takes that lock
+    /// for every block, and the consumers would fight it for every block too). The last one
+    /// out comes back for a barrier that waits for it.
+    private func forwardedBlockFinished() {
+        guard forwardedInFlight.subtract(1, ordering: .sequentiallyConsistent).newValue == 0,
+              barrierAwaitsForwarded.exchange(false, ordering: .sequentiallyConsistent) else { return }
+        WorkQueue.post(state.locked { $0.drainRequestIfNeeded(for: self) })
+    }
+
+    /// Under the queue lock, for a barrier about to run: true when no forwarded block runs.
+    /// Otherwise it records that the last forwarded block to finish must come back for the
+    /// barrier. The store and the load here, and the decrement and the exchange in
+    /// `forwardedBlockFinished`, are sequentially consistent: at least one side sees the
+    /// other, so the barrier is never forgotten.
+    func forwardedBlocksFinished() -> Bool {
+        if forwardedInFlight.load(ordering: .sequentiallyConsistent) == 0 { return true }
+        barrierAwaitsForwarded.store(true, ordering: .sequentiallyConsistent)
+        return forwardedInFlight.load(ordering: .sequentiallyConsistent) == 0
     }
 }
 

@@ -13,7 +13,9 @@ struct QueueState: Sendable {
     var floor: QoS
     /// Serial: a drain or a `sync` caller owns the queue.
     var isOwned = false
-    /// Concurrent: blocks taken off `pending` that have not finished.
+    /// Concurrent: blocks taken off `pending` by drains (or `sync` callers) that have not
+    /// finished. Blocks forwarded straight to the global target count in the queue's
+    /// `forwardedInFlight` instead.
     var inFlight = 0
     /// Concurrent: a barrier block (or barrier `sync`) runs.
     var barrierActive = false
@@ -49,7 +51,7 @@ struct QueueState: Sendable {
             if drainers > 0 && wanted <= drainerClass { return nil }
         } else {
             if barrierActive { return nil }
-            if head.isBarrier && inFlight > 0 { return nil }
+            if head.isBarrier && (inFlight > 0 || !queue.forwardedBlocksFinished()) { return nil }
             let useful = Swift.min(pending.count, QueueState.concurrentWidth)
             if drainers >= useful && wanted <= drainerClass { return nil }
         }
@@ -66,16 +68,16 @@ struct QueueState: Sendable {
 
     /// Takes the queue for a `sync` caller if nothing is queued, running in the way, paused
     /// or inactive: exclusively (serial, barrier) or as one more runner (concurrent).
-    mutating func acquireForSync(kind: WorkQueue.Kind, exclusive: Bool) -> Bool {
+    mutating func acquireForSync(_ queue: WorkQueue, exclusive: Bool) -> Bool {
         guard !isPaused, pending.isEmpty else { return false }
-        switch kind {
+        switch queue.kind {
         case .serial:
             guard !isOwned else { return false }
             isOwned = true
         case .concurrent:
             guard !barrierActive else { return false }
             if exclusive {
-                guard inFlight == 0 else { return false }
+                guard inFlight == 0, queue.forwardedBlocksFinished() else { return false }
                 barrierActive = true
             }
             inFlight += 1

@@ -92,7 +92,7 @@ extension WorkQueue {
             case .serial, .concurrent: return .nested
             case .root: break
             }
-            return state.acquireForSync(kind: kind, exclusive: exclusive) ? .acquired : .busy
+            return state.acquireForSync(self, exclusive: exclusive) ? .acquired : .busy
         }
     }
 
@@ -131,7 +131,7 @@ extension WorkQueue {
     }
 
     private func tryAcquireForSync(exclusive: Bool) -> Bool {
-        state.locked { $0.acquireForSync(kind: kind, exclusive: exclusive) }
+        state.locked { $0.acquireForSync(self, exclusive: exclusive) }
     }
 
     /// Gives back what a `sync` caller held, and lets waiting blocks run.

@@ -32,6 +32,11 @@ public final class WorkQueue: Sendable {
     let state: SpinFutexLock<QueueState>
     /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
     let pausedCount = Atomic<Int>(0)
+    /// Concurrent: blocks forwarded straight to the global target that have not finished.
+    /// Raised only under the queue lock; lowered without it by the thread that ran the block.
+    let forwardedInFlight = Atomic<Int>(0)
+    /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
+    let barrierAwaitsForwarded = Atomic<Bool>(false)
 
     public init(label: String, qos: QoS = .unspecified, attributes: Attributes = [], target: WorkQueue? = nil) {
         self.label = label
@@ -103,12 +108,8 @@ public final class WorkQueue: Sendable {
 
     public func async(group: WorkGroup? = nil, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                       execute work: @escaping @Sendable () -> Void) {
-        var job = makeJob(.block(work), qos: qos, flags: flags)
-        if let group {
-            group.enter()
-            job.group = group
-        }
-        enqueue(job)
+        group?.enter()
+        enqueue(makeJob(.block(work), qos: qos, flags: flags, group: group))
     }
 
     public func async(execute workItem: WorkItem) {
@@ -130,14 +131,14 @@ public final class WorkQueue: Sendable {
     }
 
     /// A job for a block submitted now by the calling thread (its context and QoS travel).
-    func makeJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags) -> Job {
+    func makeJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags, group: WorkGroup? = nil) -> Job {
         let thread = ThreadState.current
         let detached = flags.contains(.detached)
         return Job(work: work,
                    qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.effectiveQoS),
                    flags: flags,
                    context: detached ? .empty : thread.context,
-                   group: nil)
+                   group: group)
     }
 
     func makeJob(for item: WorkItem) -> Job {
@@ -163,10 +164,12 @@ public final class WorkQueue: Sendable {
     }
 
     /// Puts a job on this queue (or, for a global queue, on the worker pool).
-    func enqueue(_ job: Job) {
+    ///
+    /// The job moves all the way (`consuming`, `take()`): what it carries is not retained
+    /// again on its way to the thread that runs it.
+    func enqueue(_ job: consuming Job) {
         switch kind {
         case .root(let rootClass):
-            var job = job
             // A block a concurrent queue forwards was resolved there already.
             if job.owner == nil {
                 let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)
@@ -176,31 +179,46 @@ public final class WorkQueue: Sendable {
         case .mainThread:
             MainThreadRunner.shared.submit(job)
         case .concurrent:
-            var forwarded = job
-            let request = state.locked { state -> (WorkQueue, Job)? in
-                // Nothing in the way (no barrier, no suspension, nothing queued): the block
-                // goes straight to the global target, still counted as running here.
-                if state.pending.isEmpty, !state.isPaused, !state.barrierActive, !job.isBarrier,
-                   let target = state.target, target.isGlobal {
-                    state.inFlight += 1
-                    forwarded.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor)
-                    forwarded.owner = self
-                    return (target, forwarded)
-                }
-                state.pending.append(job)
+            // Nothing in the way (no barrier, no suspension, nothing queued): the block goes
+            // straight to the global target, still counted as running here. The job stays
+            // out of the lock's closure, which would copy it.
+            let isBarrier = job.isBarrier
+            let forwardTo = state.locked { state -> (target: WorkQueue, floor: QoS)? in
+                guard state.pending.isEmpty, !state.isPaused, !state.barrierActive, !isBarrier,
+                      let target = state.target, target.isGlobal else { return nil }
+                forwardedInFlight.add(1, ordering: .relaxed)
+                return (target, state.floor)
+            }
+            if let forwardTo {
+                job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: forwardTo.floor)
+                job.owner = self
+                forwardTo.target.enqueue(job)
+                return
+            }
+            let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
+                state.pending.append(job)
                 if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
                 return state.drainRequestIfNeeded(for: self)
             }
-            if let (target, token) = request { target.enqueue(token) }
+            WorkQueue.post(request)
         case .serial:
-            let request = state.locked { state -> (WorkQueue, Job)? in
-                state.pending.append(job)
+            let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
+                state.pending.append(job)
                 if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
                 return state.drainRequestIfNeeded(for: self)
             }
-            if let (target, token) = request { target.enqueue(token) }
+            WorkQueue.post(request)
+        }
+    }
+
+    /// Puts a job decided on under a lock (a drain request, a forwarded block) on its
+    /// target, moving it.
+    static func post(_ request: consuming (WorkQueue, Job)?) {
+        switch consume request {
+        case .some((let target, let job)): target.enqueue(job)
+        case .none: break
         }
     }
 

@@ -29,6 +29,16 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
         try withLock(body)
     }
 
+    /// `locked` for a body that moves `argument` into the guarded value: a capture would be
+    /// copied (retaining all it holds), a `consuming` parameter is moved.
+    @inline(__always)
+    func locked<Argument, Result>(moving argument: consuming Argument,
+                                  _ body: (inout Value, consuming Argument) throws -> Result) rethrows -> Result {
+        lull_lock(word)
+        defer { lull_unlock(word) }
+        return try body(&value, argument)
+    }
+
     @inline(__always)
     func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         lull_lock(word)

@@ -51,7 +51,7 @@ final class WorkerPool: Sendable {
     // MARK: Submitting work
 
     /// Queues a job (already resolved to its QoS) on the pool of its class.
-    func submit(_ job: Job) {
+    func submit(_ job: consuming Job) {
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
         let thread = ThreadState.current
         if thread.pollingClass == qosClass {
@@ -59,7 +59,7 @@ final class WorkerPool: Sendable {
             return
         }
         let pool = classes[qosClass.poolIndex]
-        let helper = pool.state.locked { state -> Helper in
+        let helper = pool.state.locked(moving: job) { state, job -> Helper in
             state.pushJob(job, pool)
             return recruit(&state)
         }
@@ -239,7 +239,7 @@ final class WorkerPool: Sendable {
                 return .park
             }
             start(cascade, in: pool)
-            switch next {
+            switch consume next {
             case .job(let job):
                 runTimed(job, thread: thread, pool: pool)
             case .poll:
@@ -362,7 +362,7 @@ final class ClassPool: Sendable {
         /// Workers woken or started for queued work that have not taken it yet.
         var waking = 0
 
-        mutating func pushJob(_ job: Job, _ pool: ClassPool) {
+        mutating func pushJob(_ job: consuming Job, _ pool: ClassPool) {
             jobs.append(job)
             pool.queuedJobs.store(jobs.count, ordering: .releasing)
         }
