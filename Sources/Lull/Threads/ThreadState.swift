@@ -24,8 +24,6 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     var pollingClass: QoS.QoSClass?
     var inlineBatch = Fifo<Job>()
-    /// The last job this thread ran after a poll took this long (ns).
-    var lastInlineDuration: UInt64 = 0
 
     private init(workerClass: QoS.QoSClass?) {
         tid = lull_gettid()

@@ -24,8 +24,8 @@ final class WorkerPool: Sendable {
     let cpuCount: Int
     let threadCeiling: Int
     let idleTimeout: Duration = .seconds(5)
-    /// An inline job that ran longer than this makes the next poll wake a follower first,
-    /// so that a slow handler does not hold up the reactor.
+    /// A job that ran longer than this hands the work queued behind it to other threads,
+    /// so that a slow handler does not hold the others up.
     let longInlineNanoseconds: UInt64 = 1_000_000
 
     let classes: [ClassPool]
@@ -256,7 +256,7 @@ final class WorkerPool: Sendable {
         }
     }
 
-    /// One turn as the leader: poll, give up the slot, then run the inline job, if any.
+    /// One turn as the leader: poll, give up the slot, then run what the wake-up produced.
     private func poll(_ reactor: Reactor, thread: ThreadState, pool: ClassPool) {
         thread.pollingClass = pool.qosClass
         pollerThreadID.store(thread.tid, ordering: .releasing)
@@ -268,34 +268,43 @@ final class WorkerPool: Sendable {
         pollerActive.store(false, ordering: .releasing)
         var batch = Fifo<Job>()
         swap(&batch, &thread.inlineBatch)
-        let slow = thread.lastInlineDuration > longInlineNanoseconds
-        // The rest of the batch waits in the class queue, where this thread takes it next:
-        // a wake-up's worth of events costs no other thread's wake-up. After slow work,
-        // helpers are recruited as usual instead.
-        let helper = pool.state.locked { state -> Helper in
-            state.running += 1
-            guard batch.count > 1 else { return .none }
-            let first = batch.popFirst()!
-            while let job = batch.popFirst() { state.pushJob(job, pool) }
-            batch.prepend(first)
-            return slow ? recruit(&state) : .none
-        }
-        guard let job = batch.popFirst() else { return }
-        if slow {
-            start(helper, in: pool)
-            if reactor.needsPoller { ensurePoller() }
-        }
-        runTimed(job, thread: thread, pool: pool)
+        pool.state.locked { $0.running += 1 }
+        runInline(&batch, thread: thread, pool: pool)
     }
 
-    /// Runs a job and remembers how long it took; after a slow job with work still queued,
-    /// recruits a helper (work kept for this thread must not wait behind slow work).
+    /// Runs the work one wake-up produced for this thread's class on this thread, so that a
+    /// wake-up's worth of events (a thousand coalesced timers, say) costs no other thread's
+    /// wake-up. The batch stays private: in the class queue, every job taken would recruit a
+    /// helper for the rest. A job that runs long hands the rest to the class queue and
+    /// recruits helpers (and a poller): slow work never holds the others up.
+    ///
+    /// "Long" is judged by the wall clock, then confirmed by the thread's CPU clock (read once
+    /// per batch of several jobs, and again only for a job slow by the wall clock): a job that
+    /// was merely preempted on a busy machine is no reason to wake another thread.
+    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool) {
+        let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
+        while let job = batch.popFirst() {
+            let started = SystemClock.monotonicNanoseconds()
+            JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+            guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                  SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
+            let helper = pool.state.locked { state -> Helper in
+                while let job = batch.popFirst() { state.pushJob(job, pool) }
+                return recruit(&state)
+            }
+            start(helper, in: pool)
+            if Reactor.shared.needsPoller { ensurePoller() }
+        }
+    }
+
+    /// Runs a job; after a slow job with work still queued, recruits a helper (work kept
+    /// for this thread must not wait behind slow work).
     private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
-        thread.lastInlineDuration = SystemClock.coarseMonotonicNanoseconds() &- start
-        if thread.lastInlineDuration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
+        let duration = SystemClock.coarseMonotonicNanoseconds() &- start
+        if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
             self.start(helper, in: pool)
         }
