@@ -63,6 +63,8 @@ final class SourceCore: Sendable {
         var registrationHandlerDue = false
         var cancelHandlerDelivered = false
         var suspendCount: Int32 = 0
+        /// The step the posted job runs (one job at a time: one slot).
+        var postedStep: Step?
     }
 
     /// `@unchecked Sendable`: only read and written inside `state`'s lock.
@@ -72,7 +74,7 @@ final class SourceCore: Sendable {
     }
 
     private enum Step {
-        case registration(SourceHandler?)
+        case registration
         case delivery
         case cancellation
     }
@@ -219,9 +221,13 @@ final class SourceCore: Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            if let (step, qos) = state.locked({ nextStep(&$0) }) {
-                target.enqueue(Job(work: .block({ [self] in run(step) }), qos: qos, flags: [],
-                                   context: .empty, group: nil))
+            let qos = state.locked { state -> QoS? in
+                guard let (step, qos) = nextStep(&state) else { return nil }
+                state.postedStep = step
+                return qos
+            }
+            if let qos {
+                target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
                 return
             }
             scheduled.store(false, ordering: .releasing)
@@ -237,7 +243,7 @@ final class SourceCore: Sendable {
         if state.registrationHandlerDue {
             state.registrationHandlerDue = false
             let handler = state.registrationHandler
-            return (.registration(handler), handler?.propagatedQoS ?? .unspecified)
+            return (.registration, handler?.propagatedQoS ?? .unspecified)
         }
         if isCancelled {
             guard !state.cancelHandlerDelivered else { return nil }
@@ -248,11 +254,16 @@ final class SourceCore: Sendable {
         return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
     }
 
-    /// One job, on the target queue; then the next decision.
-    private func run(_ step: Step) {
+    /// The job `scheduleNext` posted, on the target queue; then the next decision.
+    func runPostedStep() {
+        guard let step = state.locked({ $0.postedStep.take() }) else {
+            lullFatal("\(label): a job ran with no step posted")
+        }
         switch step {
-        case .registration(let handler):
-            if !isCancelled { handler?.run(thread: ThreadState.current) }
+        case .registration:
+            if !isCancelled, let handler = state.locked({ $0.registrationHandler }) {
+                handler.run(thread: ThreadState.current)
+            }
         case .delivery:
             deliver()
         case .cancellation:
@@ -277,16 +288,16 @@ final class SourceCore: Sendable {
 
     private func finishCancellation() {
         // Handlers leave the state under the lock but are released after it (see setHandler).
-        var released = state.locked { state -> [SourceHandler?] in
+        var released = state.locked { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
             defer {
                 state.eventHandler = nil
                 state.cancelHandler = nil
                 state.rare?.registrationHandler = nil
             }
-            return [state.cancelHandler, state.eventHandler, state.registrationHandler]
+            return (state.cancelHandler, (state.eventHandler, state.registrationHandler))
         }
-        released[0]?.run(thread: ThreadState.current)
+        released.cancel?.run(thread: ThreadState.current)
         driver.finished(self)
-        released.removeAll()
+        released = (nil, (nil, nil))
     }
 }

@@ -8,6 +8,9 @@ struct Job: Sendable {
         case drain(WorkQueue)
         /// A thread blocked in `sync` that runs once the queue reaches it.
         case syncWaiter(SyncWaiter)
+        /// A source's next step (a handler): the source knows which, so posting it
+        /// allocates nothing.
+        case source(SourceCore)
     }
 
     var work: Work

@@ -22,6 +22,12 @@ enum JobRunner {
             thread.context = job.context
             thread.withQoS(qos) { block() }
             thread.context = savedContext
+        case .source(let core):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let savedContext = thread.context
+            thread.context = job.context
+            thread.withQoS(qos) { core.runPostedStep() }
+            thread.context = savedContext
         case .item(let item):
             item.run(context: job.context, qos: runQoS(job, floor: floor, drainQoS: drainQoS), thread: thread)
         case .drain(let queue):
