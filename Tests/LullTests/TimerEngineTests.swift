@@ -27,7 +27,7 @@ extension LullSuite {
                 var badSlots = 0
                 for _ in 0..<3_000 {
                     if live.isEmpty || random.next() % 3 != 0 {
-                        let entry = TimerEntry(action: .direct({}))
+                        let entry = CallbackEntry({})
                         // Few distinct times: many ties, broken by the sequence.
                         entry.deadline = UInt64.random(in: 0...200, using: &random)
                         entry.latest = entry.deadline + UInt64.random(in: 0...200, using: &random)
@@ -48,7 +48,7 @@ extension LullSuite {
 
                 // Removing an entry the heap does not hold (even one whose slot points into
                 // this heap's range) changes nothing.
-                let stranger = TimerEntry(action: .direct({}))
+                let stranger = CallbackEntry({})
                 var other = TimerHeap(order: order)
                 other.insert(stranger)
                 let countBefore = heap.count
@@ -91,7 +91,7 @@ extension LullSuite {
             // Cancelling twice, or cancelling an entry never scheduled, is harmless.
             TimerEngine.shared.cancel(probes[0].entry)
             TimerEngine.shared.cancel(probes[0].entry)
-            TimerEngine.shared.cancel(TimerEntry(action: .direct({})))
+            TimerEngine.shared.cancel(CallbackEntry({}))
             #expect(waitUntil { TimerEngine.shared.count == baseline + 9 })
             for probe in probes { probe.cancel() }
             #expect(waitUntil { TimerEngine.shared.count == baseline })
@@ -133,7 +133,7 @@ extension LullSuite {
                 // share the instant base + 10 ms.
                 let deadline = base + UInt64((11 - index) % 4) * 1_000
                 deadlines.append(deadline)
-                let entry = TimerEntry(action: .direct({ log.append(index) }))
+                let entry = CallbackEntry({ log.append(index) })
                 TimerEngine.shared.schedule(entry, deadline: deadline, leeway: 10_000_000)
             }
             #expect(waitUntil { log.count == 12 })
@@ -146,13 +146,13 @@ extension LullSuite {
             let times = Recorder<UInt64>()
             let deadlines = Recorder<UInt64>()
             let holder = Captured<TimerEntry>()
-            let entry = TimerEntry(action: .direct({
+            let entry = CallbackEntry {
                 times.append(monotonicNanoseconds())
                 guard times.count < 5, let entry = holder.value else { return }
                 let next = monotonicNanoseconds() + 5_000_000
                 deadlines.append(next)
                 TimerEngine.shared.schedule(entry, deadline: next, leeway: 0)
-            }))
+            }
             holder.set(entry)
             let first = monotonicNanoseconds() + 5_000_000
             deadlines.append(first)
@@ -186,7 +186,7 @@ extension LullSuite {
             let base = monotonicNanoseconds()
             let deadlines = offsets.map { base + $0 }
             for index in 0..<count {
-                let entry = TimerEntry(action: .direct({ log.append(Fire(index: index, time: monotonicNanoseconds())) }))
+                let entry = CallbackEntry({ log.append(Fire(index: index, time: monotonicNanoseconds())) })
                 TimerEngine.shared.schedule(entry, deadline: deadlines[index], leeway: leeways[index])
             }
             let scheduled = monotonicNanoseconds()
@@ -306,7 +306,7 @@ extension LullSuite {
             let baseline = TimerTestKit.settledEngineCount()
             let wallDeadline = realtimeNanoseconds() + 80_000_000
             let firedAtWall = Recorder<UInt64>()
-            let entry = TimerEntry(action: .direct({ firedAtWall.append(realtimeNanoseconds()) }))
+            let entry = CallbackEntry({ firedAtWall.append(realtimeNanoseconds()) })
             TimerEngine.shared.schedule(entry, deadline: monotonicDeadline(forWall: wallDeadline), leeway: 0,
                                         wallDeadline: wallDeadline)
             for _ in 0..<3 { TimerEngine.shared.clockMayHaveChanged() }
@@ -444,7 +444,7 @@ enum TimerTestKit {
         init(deadline: UInt64 = 0, leeway: UInt64 = 0) {
             let fires = Recorder<UInt64>()
             self.fires = fires
-            entry = TimerEntry(action: .direct({ fires.append(monotonicNanoseconds()) }))
+            entry = CallbackEntry({ fires.append(monotonicNanoseconds()) })
             self.deadline = deadline
             self.leeway = leeway
         }
@@ -463,7 +463,7 @@ enum TimerTestKit {
     }
 
     static func slot(of entry: TimerEntry, in order: TimerHeap.Order) -> Int {
-        order == .deadline ? entry.deadlineSlot : entry.latestSlot
+        Int(order == .deadline ? entry.deadlineSlot : entry.latestSlot)
     }
 
     /// The fewest instants that hit every window [start, end]: sort by end, stab at the

@@ -386,7 +386,7 @@ extension LullSuite {
             timer.schedule(deadline: start, repeating: .nanoseconds(Int64(interval)))
             timer.activate()
             #expect(waitUntil { log.count >= 3 })
-            let stall = TimerEntry(action: .direct({ usleep(60_000) }))
+            let stall = CallbackEntry({ usleep(60_000) })
             TimerEngine.shared.schedule(stall, deadline: monotonicNanoseconds() + 2_000_000, leeway: 0)
             let callsBefore = log.count
             #expect(waitUntil { log.count >= callsBefore + 10 })

@@ -13,7 +13,7 @@ import Glibc
 /// notice that the file grows (watch it with a file-system source for that).
 public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kindName: "ReadSource", target: queue, merge: .readiness,
+        super.init(core: SourceCore(kind: ReadSource.self, target: queue, merge: .readiness,
                                     handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
                                     driver: DescriptorDriver(descriptor: descriptor, forWriting: false)))
     }
@@ -24,7 +24,7 @@ public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked 
 /// when there is nothing to write.
 public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kindName: "WriteSource", target: queue, merge: .readiness,
+        super.init(core: SourceCore(kind: WriteSource.self, target: queue, merge: .readiness,
                                     handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
                                     driver: DescriptorDriver(descriptor: descriptor, forWriting: true)))
     }

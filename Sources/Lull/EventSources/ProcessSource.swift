@@ -28,7 +28,7 @@ public struct ProcessEvent: OptionSet, Sendable {
 /// never fires.
 public final class ProcessSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(pid: Int32, eventMask: ProcessEvent, queue: WorkQueue?) {
-        super.init(core: SourceCore(kindName: "ProcessSource", target: queue, merge: .or,
+        super.init(core: SourceCore(kind: ProcessSource.self, target: queue, merge: .or,
                                     handle: UInt(truncatingIfNeeded: pid), mask: eventMask.rawValue,
                                     driver: ProcessDriver(pid: pid, mask: eventMask)))
     }

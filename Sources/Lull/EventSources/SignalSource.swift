@@ -17,7 +17,7 @@ import Glibc
 /// Several sources on the same signal all see every delivery.
 public final class SignalSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(signal: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kindName: "SignalSource", target: queue, merge: .add,
+        super.init(core: SourceCore(kind: SignalSource.self, target: queue, merge: .add,
                                     handle: UInt(truncatingIfNeeded: signal), mask: 0,
                                     driver: SignalDriver(signal: signal)))
     }

@@ -13,9 +13,17 @@ import Synchronization
 /// source idle takes the lock to post a delivery, so a burst of merges costs no lock and no
 /// system call beyond the first. The delivery takes the merged value and runs the handler.
 final class SourceCore: Sendable {
-    let kindName: String
+    /// The source's class: names it in messages (a metatype is one word; a name string
+    /// would be two in every source).
+    let kind: EventSourceBase.Type
+    var kindName: String { String(describing: kind) }
     let target: WorkQueue
     let mergeRule: SourceMerge
+    // The one-byte fields sit together (Swift lays fields out in declaration order): an
+    // idle source is a size class smaller.
+    private let cancelled = Atomic<Bool>(false)
+    /// A job of this source is posted on the target queue or running.
+    private let scheduled = Atomic<Bool>(false)
     /// What the source watches and its mask, in 32 bits each (descriptors, signal numbers,
     /// process ids and every mask fit): an idle source is mostly these words.
     private let handleBits: UInt32
@@ -26,9 +34,6 @@ final class SourceCore: Sendable {
 
     private let pending = Atomic<UInt>(0)
     private let delivered = Atomic<UInt>(0)
-    private let cancelled = Atomic<Bool>(false)
-    /// A job of this source is posted on the target queue or running.
-    private let scheduled = Atomic<Bool>(false)
     /// Bumped by every merge and state change: tells a deciding thread that something
     /// happened while it held `scheduled` (no wake-up is lost).
     private let changes = Atomic<UInt>(0)
@@ -89,8 +94,8 @@ final class SourceCore: Sendable {
         case event, cancel, registration
     }
 
-    init(kindName: String, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
-        self.kindName = kindName
+    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
+        self.kind = kind
         self.target = target ?? WorkQueue.global()
         self.mergeRule = merge
         self.handleBits = UInt32(truncatingIfNeeded: handle)

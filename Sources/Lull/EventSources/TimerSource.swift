@@ -23,30 +23,30 @@ public struct TimerFlags: OptionSet, Sendable {
 ///   zero or less makes the timer a one-shot.
 /// - Wall-clock timers (`schedule(wallDeadline:...)`) follow changes of the system clock.
 public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    private let driver: TimerDriver
+    /// The core's driver, not a field of its own: every idle timer is a word smaller.
+    private var driver: TimerDriver { unsafeDowncast(core.driver, to: TimerDriver.self) }
 
     init(flags: TimerFlags, queue: WorkQueue?) {
         let driver = TimerDriver(strict: flags.contains(.strict))
-        self.driver = driver
-        super.init(core: SourceCore(kindName: "TimerSource", target: queue, merge: .add,
+        super.init(core: SourceCore(kind: TimerSource.self, target: queue, merge: .add,
                                     handle: 0, mask: flags.rawValue, driver: driver))
     }
 
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
     /// of the previous schedule not yet delivered are dropped (as in Dispatch).
     public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        driver.schedule(TimerDriver.Schedule(start: deadline.uptimeNanoseconds, isWall: false,
-                                             interval: TimerDriver.nanoseconds(repeating),
-                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0),
+        driver.schedule(TimerDriver.Schedule(start: deadline.uptimeNanoseconds,
+                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0,
+                                             interval: TimerDriver.nanoseconds(repeating), isWall: false),
                         core: core)
     }
 
     /// Schedules the timer on the wall clock; replaces any previous schedule (dropping its
     /// undelivered fires).
     public func schedule(wallDeadline: WallDeadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        driver.schedule(TimerDriver.Schedule(start: wallDeadline.nanosecondsSinceEpoch, isWall: true,
-                                             interval: TimerDriver.nanoseconds(repeating),
-                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0),
+        driver.schedule(TimerDriver.Schedule(start: wallDeadline.nanosecondsSinceEpoch,
+                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0,
+                                             interval: TimerDriver.nanoseconds(repeating), isWall: true),
                         core: core)
     }
 }
@@ -57,22 +57,25 @@ extension EventSource {
     }
 }
 
-/// Turns a timer source's schedule into timer-engine entries, one fire at a time.
-final class TimerDriver: SourceDriver {
+/// Turns a timer source's schedule into fires, one at a time. The driver is itself the
+/// timer's entry in the engine, rescheduled in place from fire to fire: a timer is one
+/// object beside its source, and a fire allocates nothing.
+final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sendable: see TimerEntry; `state` is behind its mutex
     struct Schedule {
         /// The first deadline: monotonic ns, or wall ns since the epoch for a wall timer.
         var start: UInt64
-        var isWall: Bool
+        var leeway: UInt64
         /// nil: one-shot.
         var interval: UInt64?
-        var leeway: UInt64
+        var isWall: Bool
     }
 
     private struct State {
         var schedule: Schedule?
-        /// The fire index the pending entry stands for (deadline = start + index × interval).
+        /// The fire index the engine holds (deadline = start + index × interval).
         var nextIndex: UInt64 = 0
-        var entry: TimerEntry?
+        /// The sequence of the scheduling in the engine that counts; nil: none.
+        var armedSequence: UInt64?
         var core: SourceCore?
         var registered = false
     }
@@ -82,6 +85,7 @@ final class TimerDriver: SourceDriver {
 
     init(strict: Bool) {
         self.strict = strict
+        super.init()
     }
 
     /// A duration in nanoseconds for a timer: nil for nil or a non-positive interval.
@@ -113,29 +117,34 @@ final class TimerDriver: SourceDriver {
     }
 
     func unregister(_ core: SourceCore) {
-        let entry = state.locked { state -> TimerEntry? in
-            defer {
-                state.entry = nil
-                state.core = nil
-                state.registered = false
-            }
-            return state.entry
+        state.locked { state in
+            state.armedSequence = nil
+            state.core = nil
+            state.registered = false
         }
-        if let entry { TimerEngine.shared.cancel(entry) }
+        TimerEngine.shared.cancel(self)
     }
 
-    /// Puts the next fire of the schedule in the engine (under this driver's lock).
+    /// Puts the next fire of the schedule in the engine (under this driver's lock), or takes
+    /// the entry out when there is none. Rescheduling in place replaces the old window in
+    /// one step: the engine never looks empty in between, so the reactor is not disarmed
+    /// and re-armed.
     private func arm(_ state: inout State) {
-        // The old entry goes after the new one is in: the engine never looks empty in
-        // between, so a reschedule does not disarm and re-arm the reactor.
-        let old = state.entry
-        state.entry = nil
-        defer { if let old { TimerEngine.shared.cancel(old) } }
-        guard let schedule = state.schedule, let core = state.core else { return }
+        guard let (deadline, leeway, wall) = nextWindow(state) else {
+            state.armedSequence = nil
+            TimerEngine.shared.cancel(self)
+            return
+        }
+        state.armedSequence = TimerEngine.shared.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
+    }
+
+    /// The window of fire `nextIndex` of the schedule: nil when it never comes.
+    private func nextWindow(_ state: State) -> (deadline: UInt64, leeway: UInt64, wall: UInt64?)? {
+        guard let schedule = state.schedule, let core = state.core else { return nil }
         let (offset, overflow) = (schedule.interval ?? 0).multipliedReportingOverflow(by: state.nextIndex)
-        if overflow { return }
+        if overflow { return nil }
         let target = schedule.start.saturatingAdding(nanoseconds: Int128(offset))
-        if target == .max { return }  // distantFuture: never fires
+        if target == .max { return nil }  // distantFuture: never fires
         let deadline = schedule.isWall ? monotonicDeadline(forWall: target) : target
         let now = SystemClock.monotonicNanoseconds()
         let delay = schedule.interval ?? (deadline > now ? deadline - now : 0)
@@ -145,30 +154,29 @@ final class TimerDriver: SourceDriver {
             leeway = max(leeway, DefaultLeeway.nanoseconds(for: floorClass, delay: delay))
         }
         if let interval = schedule.interval { leeway = min(leeway, interval) }
-        let entry = TimerEntry(action: .source(self))
-        state.entry = entry
-        TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway,
-                                    wallDeadline: schedule.isWall ? target : nil)
+        return (deadline, leeway, schedule.isWall ? target : nil)
     }
 
-    /// The engine fired `entry` (outside its lock): count the fires, schedule the next one.
-    func fired(_ entry: TimerEntry, now: UInt64) {
+    /// The engine fired a scheduling of this timer (outside its lock): count the fires,
+    /// schedule the next one.
+    override func fired(sequence: UInt64, now: UInt64) {
         // Merged under the lock: a reschedule (which drops pending fires under it) is either
-        // before this fire, which then finds its entry replaced, or after the merge.
+        // before this fire, which then finds its sequence replaced, or after the merge.
         state.locked { state in
-            guard state.entry === entry, let schedule = state.schedule else { return }
+            guard state.armedSequence == sequence, let schedule = state.schedule else { return }
+            state.armedSequence = nil
             guard let interval = schedule.interval else {
-                state.entry = nil
                 state.schedule = nil  // one-shot: idle until rescheduled
                 state.core?.merge(1)
                 return
             }
             // Fires missed (handler busy, process stopped) are counted, and the next fire
-            // stays on the grid start + k × interval: no drift.
-            let firedDeadline = entry.deadline
+            // stays on the grid start + k × interval: no drift. `deadline` is the engine's
+            // field, but the engine took the entry out to fire it, on this thread, and only
+            // `arm` (under this lock) puts it back: it still holds the window that fired.
+            let firedDeadline = deadline
             let missed = now > firedDeadline ? (now - firedDeadline) / interval : 0
             state.nextIndex &+= 1 + missed
-            state.entry = nil
             arm(&state)
             state.core?.merge(UInt(truncatingIfNeeded: 1 + missed))
         }

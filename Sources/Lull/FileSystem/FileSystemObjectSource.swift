@@ -98,7 +98,7 @@ public struct FileSystemEvent: OptionSet, Sendable, Hashable {
 public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, eventMask: FileSystemEvent, queue: WorkQueue?, hub: InotifyHub = .shared) {
         let mask = eventMask.intersection(.all)
-        super.init(core: SourceCore(kindName: "FileSystemObjectSource", target: queue, merge: .or,
+        super.init(core: SourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
                                     handle: UInt(truncatingIfNeeded: descriptor), mask: mask.rawValue,
                                     driver: FileSystemObjectDriver(target: .descriptor(descriptor), mask: mask, hub: hub)))
     }
@@ -111,7 +111,7 @@ public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol,
             VnodeEventMapping.kernelMask(for: mask, isDirectory: $0)
         }
         let driver = FileSystemObjectDriver(target: .path(path), mask: mask, hub: hub, lease: lease)
-        super.init(core: SourceCore(kindName: "FileSystemObjectSource", target: queue, merge: .or,
+        super.init(core: SourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
                                     handle: UInt.max, mask: mask.rawValue, driver: driver))
     }
 

@@ -15,7 +15,7 @@ enum DelayedWork {
             queue.enqueue(job)
             return
         }
-        let entry = TimerEntry(action: .enqueue(queue, job))
+        let entry = DelayedEntry(queue: queue, job: job)
         TimerEngine.shared.schedule(entry, deadline: deadline.uptimeNanoseconds,
                                     leeway: leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
@@ -29,12 +29,12 @@ enum DelayedWork {
             queue.enqueue(job)
             return
         }
-        let entry = TimerEntry(action: .enqueue(queue, job))
+        let entry = DelayedEntry(queue: queue, job: job)
         TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway(forDelay: deadline - now), wallDeadline: wall)
     }
 
     /// Runs `action` on the polling thread once `deadline` (monotonic ns) has passed.
     static func scheduleHousekeeping(at deadline: UInt64, _ action: @escaping @Sendable () -> Void) {
-        TimerEngine.shared.schedule(TimerEntry(action: .direct(action), isHousekeeping: true), deadline: deadline, leeway: 0)
+        TimerEngine.shared.schedule(CallbackEntry(isHousekeeping: true, action), deadline: deadline, leeway: 0)
     }
 }

@@ -35,8 +35,10 @@ final class TimerEngine: Sendable {
     private let earliestDeadline = Atomic<UInt64>(.max)
 
     /// Schedules (or reschedules) `entry` for the window [deadline, deadline + leeway].
-    /// `wallDeadline` makes it follow changes of the system clock.
-    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) {
+    /// `wallDeadline` makes it follow changes of the system clock. Returns the scheduling's
+    /// sequence number, which its fire will carry.
+    @discardableResult
+    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt64 {
         state.locked { state in
             remove(entry, from: &state)
             entry.deadline = deadline
@@ -53,6 +55,7 @@ final class TimerEngine: Sendable {
                 watchClock(&state)
             }
             rearm(&state)
+            return entry.sequence
         }
     }
 
@@ -94,18 +97,18 @@ final class TimerEngine: Sendable {
     /// The reactor's timer fired: fire everything whose window has opened.
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
-        var due: [TimerEntry] = []
+        var due: [(entry: TimerEntry, sequence: UInt64)] = []
         state.locked { state in
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).
             state.armedAt = nil
             while let first = state.byDeadline.first, first.deadline <= now {
                 remove(first, from: &state)
-                due.append(first)
+                due.append((first, first.sequence))
             }
             rearm(&state)
         }
-        for entry in due { perform(entry, now: now) }
+        for (entry, sequence) in due { entry.fired(sequence: sequence, now: now) }
     }
 
     /// Called by the poller after every wake-up: timers whose window is open fire now,
@@ -114,14 +117,6 @@ final class TimerEngine: Sendable {
         let earliest = earliestDeadline.load(ordering: .acquiring)
         guard earliest != .max, earliest <= SystemClock.monotonicNanoseconds() else { return }
         fire()
-    }
-
-    private func perform(_ entry: TimerEntry, now: UInt64) {
-        switch entry.action {
-        case .enqueue(let queue, let job): queue.enqueue(job)
-        case .direct(let action): action()
-        case .source(let driver): driver.fired(entry, now: now)
-        }
     }
 
     // MARK: Wall clock

@@ -1,35 +1,67 @@
-/// One pending fire: a window [deadline, latest] on the monotonic clock and what to do.
+/// One pending fire in the timer engine: a window [deadline, latest] on the monotonic clock.
+/// What firing does is the subclass's: a delayed block (`DelayedEntry`), a callback on the
+/// polling thread (`CallbackEntry`), or a timer source, whose driver is its own entry (one
+/// object per timer, rescheduled in place from fire to fire).
 ///
-/// `@unchecked Sendable`: every mutable field is read and written only by `TimerEngine`
-/// under its lock; owners (a timer source, a delayed block) hold the reference only to hand
-/// it back to the engine.
-final class TimerEntry: @unchecked Sendable {
-    enum Action {
-        /// A delayed block: goes to its queue.
-        case enqueue(WorkQueue, Job)
-        /// Runtime housekeeping: runs on the polling thread itself, which must not block.
-        case direct(@Sendable () -> Void)
-        /// A timer source's fire.
-        case source(TimerDriver)
-    }
-
+/// `@unchecked Sendable`: the fields below are read and written only by `TimerEngine` under
+/// its lock; subclasses add only `let`s of `Sendable` types or state behind locks of their own.
+class TimerEntry: @unchecked Sendable {
+    // Fields in declaration order, the odd-sized ones last: a timer source's driver
+    // (which is its entry) stays a size class smaller.
     var deadline: UInt64 = 0
     var latest: UInt64 = 0
+    var leeway: UInt64 = 0
+    /// Unique per scheduling: orders equal times, and tells a fire of an earlier scheduling
+    /// of the same entry from the current one.
+    var sequence: UInt64 = 0
+    var deadlineSlot: Int32 = -1
+    var latestSlot: Int32 = -1
     /// For a wall-clock timer, the deadline on CLOCK_REALTIME: the monotonic `deadline` is
     /// recomputed from it when the system clock is set.
     var wallDeadline: UInt64?
-    var leeway: UInt64 = 0
-    var sequence: UInt64 = 0
-    var deadlineSlot = -1
-    var latestSlot = -1
-    let action: Action
     /// The runtime's own (the stall check): not counted among the program's timers.
     let isHousekeeping: Bool
 
-    init(action: Action, isHousekeeping: Bool = false) {
-        self.action = action
+    init(isHousekeeping: Bool = false) {
         self.isHousekeeping = isHousekeeping
     }
 
     var isScheduled: Bool { deadlineSlot >= 0 }
+
+    /// The engine fired the scheduling `sequence` of this entry (outside the engine's lock:
+    /// the entry may have been rescheduled since).
+    func fired(sequence: UInt64, now: UInt64) {
+        lullFatal("TimerEntry.fired(sequence:now:) must be overridden")
+    }
+}
+
+/// A delayed block (`asyncAfter`): goes to its queue when fired.
+final class DelayedEntry: TimerEntry, @unchecked Sendable {
+    let queue: WorkQueue
+    let job: Job
+
+    init(queue: WorkQueue, job: Job) {
+        self.queue = queue
+        self.job = job
+        super.init()
+    }
+
+    override func fired(sequence: UInt64, now: UInt64) {
+        queue.enqueue(job)
+    }
+}
+
+/// A callback that runs on the polling thread itself, which must not block: runtime
+/// housekeeping (and tests of the engine).
+final class CallbackEntry: TimerEntry, @unchecked Sendable {
+    let action: @Sendable () -> Void
+
+    init(isHousekeeping: Bool = false, _ action: @escaping @Sendable () -> Void) {
+        self.action = action
+        super.init(isHousekeeping: isHousekeeping)
+    }
+
+    override func fired(sequence: UInt64, now: UInt64) {
+        action()
+    }
 }

@@ -23,13 +23,13 @@ struct TimerHeap {
 
     private func setSlot(_ entry: TimerEntry, _ slot: Int) {
         switch order {
-        case .deadline: entry.deadlineSlot = slot
-        case .latest: entry.latestSlot = slot
+        case .deadline: entry.deadlineSlot = Int32(truncatingIfNeeded: slot)
+        case .latest: entry.latestSlot = Int32(truncatingIfNeeded: slot)
         }
     }
 
     private func slot(of entry: TimerEntry) -> Int {
-        order == .deadline ? entry.deadlineSlot : entry.latestSlot
+        Int(order == .deadline ? entry.deadlineSlot : entry.latestSlot)
     }
 
     mutating func insert(_ entry: TimerEntry) {
