@@ -409,11 +409,17 @@ final class TreeWatcherCore: InotifyObserver {
 
     /// Watches `top` and every directory below it; says whether `top` itself is watched,
     /// missing (it does not exist, any more) or could not be watched (reported).
+    ///
+    /// A tree of thousands of directories is the common case at `activate()`: each directory
+    /// costs its inotify_add_watch, one open and its getdents64 calls into one buffer for the
+    /// whole walk, and a path string only for what goes on the stack or into the batch.
     @discardableResult
     private func addTree(_ top: String, reportContents: Bool, _ state: inout State) -> TreeResult {
         var stack = [top]
         var visited = Set<ObjectIdentifier>()
         var topResult = TreeResult.missing
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: Self.listingBufferSize, alignment: 8)
+        defer { buffer.deallocate() }
         while let directoryPath = stack.popLast() {
             let lease: InotifyLease
             do throws(EventSourceError) {
@@ -447,22 +453,32 @@ final class TreeWatcherCore: InotifyObserver {
                 state.directories[key] = Directory(path: directoryPath, lease: lease)
             }
             // List it after the watch exists: nothing created meanwhile is missed.
-            guard let stream = lull_directory_open(AT_FDCWD, directoryPath) else { continue }
-            var entryIsDirectory: Int32 = 0
-            while let name = lull_directory_next(stream, &entryIsDirectory) {
-                let entry = directoryPath == "/" ? "/\(String(cString: name))" : "\(directoryPath)/\(String(cString: name))"
-                var isDirectory = entryIsDirectory == 1
-                if entryIsDirectory < 0 {
-                    var status = lull_object_status()
-                    isDirectory = lull_object_status_at(AT_FDCWD, entry, &status) == 0 && status.is_directory != 0
+            let descriptor = lull_open_directory(AT_FDCWD, directoryPath)
+            guard descriptor >= 0 else { continue }  // gone again: its IN_IGNORED follows
+            let prefix = directoryPath == "/" ? "/" : directoryPath + "/"
+            // A read error ends the listing, as the end does (a directory removed meanwhile).
+            while case let length = lull_read_directory_entries(descriptor, buffer, UInt(Self.listingBufferSize)), length > 0 {
+                var offset = 0
+                var entryIsDirectory: Int32 = 0
+                while let name = lull_next_directory_entry(buffer, length, &offset, &entryIsDirectory) {
+                    var isDirectory = entryIsDirectory == 1
+                    if entryIsDirectory < 0 {
+                        var status = lull_object_status()
+                        isDirectory = lull_object_status_at(descriptor, name, &status) == 0 && status.is_directory != 0
+                    }
+                    guard isDirectory || reportContents else { continue }
+                    let entry = prefix + String(cString: name)
+                    if reportContents { record(Change(path: entry, kind: .created, isDirectory: isDirectory), &state) }
+                    if isDirectory { stack.append(entry) }
                 }
-                if reportContents { record(Change(path: entry, kind: .created, isDirectory: isDirectory), &state) }
-                if isDirectory { stack.append(entry) }
             }
-            lull_directory_close(stream)
+            close(descriptor)
         }
         return topResult
     }
+
+    /// The getdents64 buffer of a walk (the size glibc's readdir uses).
+    private static let listingBufferSize = 32 * 1_024
 
     /// A directory moved inside the tree: its watches keep following it, under new paths.
     private func rebase(from old: String, to new: String, _ state: inout State) {
