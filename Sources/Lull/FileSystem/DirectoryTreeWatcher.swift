@@ -40,10 +40,15 @@ import Glibc
 public final class DirectoryTreeWatcher: Sendable {
     /// One change of one path.
     public struct Change: Sendable, Hashable, CustomStringConvertible {
+        /// What happened to a path.
         public enum Kind: Sendable, Hashable {
+            /// Created, or moved into the tree (also each entry found in a directory just created).
             case created
+            /// Its contents were written (a file).
             case modified
+            /// Its permissions, owner, times or link count changed.
             case attributesChanged
+            /// Removed, or moved out of the tree.
             case removed
             /// Moved inside the tree: `path` is the new path.
             case renamed(from: String)
@@ -53,16 +58,21 @@ public final class DirectoryTreeWatcher: Sendable {
             case notWatched(reason: String)
         }
 
+        /// The absolute path (for `.renamed`, the new one).
         public let path: String
+        /// What happened.
         public let kind: Kind
+        /// Whether the path is (or was) a directory.
         public let isDirectory: Bool
 
+        /// A change, as the watcher reports it (for tests and replays).
         public init(path: String, kind: Kind, isDirectory: Bool) {
             self.path = path
             self.kind = kind
             self.isDirectory = isDirectory
         }
 
+        /// "created /path", "renamed /old -> /new", ...
         public var description: String {
             switch kind {
             case .created: "created \(path)"
@@ -113,6 +123,7 @@ public final class DirectoryTreeWatcher: Sendable {
     /// Stops watching and finishes `changes`; a batch being delivered completes.
     public func cancel() { core.cancel() }
 
+    /// Whether `cancel()` was called (or the watcher was released).
     public var isCancelled: Bool { core.isCancelled }
 
     /// The last error met while watching (a directory that could not be watched), or nil.
