@@ -2,17 +2,21 @@
 #   make demo   runs the demo
 #   make test   builds with warnings as errors and runs the test suite
 # Both install libevent-dev first when pkg-config cannot find it.
+# make bench also installs inotify-tools (inotifywait, the peer of fs-tree-watch) if missing.
 
 SWIFT      ?= swift
 SWIFTFLAGS ?=
 BENCH_ARGS ?=
 
-.PHONY: all deps build test test-tsan demo bench clean
+.PHONY: all deps bench-deps build test test-tsan demo bench clean
 
 all: build
 
 deps:
 	@./scripts/ensure-libevent.sh
+
+bench-deps: deps
+	@./scripts/ensure-inotify-tools.sh
 
 build: deps
 	$(SWIFT) build $(SWIFTFLAGS)
@@ -27,7 +31,7 @@ test-tsan: deps
 demo: deps
 	$(SWIFT) run -c release $(SWIFTFLAGS) qos-demo
 
-bench: deps
+bench: bench-deps
 	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)
 
 clean:

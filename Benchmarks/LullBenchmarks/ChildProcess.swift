@@ -8,6 +8,7 @@
 //   WARMUP <value> <seconds>                              the warm-up run (not counted)
 //   NOTE <text>                                           shown in the details
 //   FAIL <text>                                           the runtime misbehaved
+//   SKIP <text>                                           not measured, for the reason given
 // Anything else (a crash message, for instance) is kept to explain a failure.
 
 import Glibc
@@ -61,6 +62,9 @@ enum ChildMain {
         case .failed(let message):
             emit("FAIL \(message)")
             exit(1)
+        case .skipped(let reason):
+            emit("SKIP \(reason)")
+            exit(0)
         }
     }
 }
@@ -174,6 +178,8 @@ enum ChildReport {
                 if !series.notes.contains(note) { series.notes.append(note) }
             } else if line.hasPrefix("FAIL ") {
                 series.problem = String(line.dropFirst(5))
+            } else if line.hasPrefix("SKIP ") {
+                series.skipped = String(line.dropFirst(5))
             } else if let marker = line.firstRange(of: "warning lull: ") {
                 // The runtime's own warnings (on standard error), without their timestamp.
                 let note = "runtime warning: " + line[marker.upperBound...]
@@ -186,7 +192,7 @@ enum ChildReport {
         let explanation = tail.isEmpty ? "" : "; its output: \(tail)"
         switch result.termination {
         case .exited(0):
-            if series.problem == nil && series.samples.isEmpty {
+            if series.problem == nil && series.skipped == nil && series.samples.isEmpty {
                 series.problem = "the child reported no result\(explanation)"
             }
         case .exited(let code):

@@ -39,6 +39,8 @@ enum RunOutcome: Sendable {
     case ok(value: Double, seconds: Double, extras: [(String, Double)], notes: [String])
     /// The runtime misbehaved: timeout, wrong count, failed warm-up...
     case failed(String)
+    /// Not measured, for the reason given (a peer program that is not installed).
+    case skipped(String)
 
     static func ok(value: Double, seconds: Double) -> RunOutcome {
         .ok(value: value, seconds: seconds, extras: [], notes: [])
@@ -72,6 +74,18 @@ struct Benchmark: Sendable {
     var maxRuns: Int?
     /// Further rows of the report's table for this benchmark, each from a named extra.
     var extraRows: [ExtraRow] = []
+    /// What runs in the `.dispatch` child: Dispatch, or for the file-system benchmarks
+    /// (Dispatch has none on Linux) the peer program named here.
+    var peerName = Runtime.dispatch.displayName
+    /// Runs in the parent once before this benchmark's children (which inherit its
+    /// environment), for a fixture too slow to make in each of them; returns what undoes it
+    /// after them.
+    var prepare: (@Sendable (Parameters) -> (@Sendable () -> Void))?
+
+    /// The name shown for one runtime of this benchmark.
+    func displayName(of runtime: Runtime) -> String {
+        runtime == .dispatch ? peerName : runtime.displayName
+    }
 }
 
 /// A further row of the report's table: the medians of one extra for both runtimes, and
@@ -234,6 +248,8 @@ struct Series {
     var notes: [String] = []
     /// Set when the runtime misbehaved; the figure is then not reported.
     var problem: String?
+    /// Set when the run was skipped (the reason).
+    var skipped: String?
 
     var median: Double? { Series.median(samples) }
 
@@ -257,6 +273,7 @@ struct Series {
         }
         for note in other.notes where !notes.contains(note) { notes.append(note) }
         if problem == nil { problem = other.problem }
+        if skipped == nil { skipped = other.skipped }
     }
 }
 

@@ -13,6 +13,7 @@ struct BenchmarkResult {
 enum Report {
     static func figure(_ series: Series?, lowerIsBetter: Bool) -> String {
         guard let series else { return "-" }
+        if series.skipped != nil { return "skipped" }
         if let problem = series.problem {
             return problem.hasPrefix("TIMEOUT") ? "TIMEOUT" : problem.hasPrefix("CRASH") ? "CRASH" : "FAILED"
         }
@@ -69,6 +70,12 @@ enum Report {
             emit("timer-wakeups is a single window in a fresh process; timer-memory the median of up to 3 fresh processes;")
             emit("timer-churn the median of at most 2 measured runs after its warm-up run.")
         }
+        if results.contains(where: { $0.benchmark.peerName != Runtime.dispatch.displayName }) {
+            emit("fs-*: Dispatch has no file-system sources on Linux; the Dispatch column holds the peer named in the")
+            emit("details (\(FileSystemBenchmarks.rawPeer): a thread blocked in poll(2) on a raw inotify descriptor, the floor;")
+            emit("inotifywait -r: Debian's inotify-tools), and Lull/Dispatch is Lull/peer. Latency and set-up time: lower")
+            emit("is better; paths/s: higher is better.")
+        }
         emit("")
 
         let header = ["benchmark", "size", "unit", "Lull", "Dispatch", "Lull/Dispatch"]
@@ -115,7 +122,7 @@ enum Report {
             emit("  \(benchmark.name): \(benchmark.title)")
             for runtime in Runtime.allCases {
                 guard let series = result.series[runtime] else { continue }
-                emit("    \(Format.padRight(runtime.displayName + ":", 9)) \(describe(series, benchmark))")
+                emit("    \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(describe(series, benchmark))")
                 for note in series.notes { emit("              \(note)") }
             }
         }
@@ -129,6 +136,7 @@ enum Report {
 
     static func describe(_ series: Series, _ benchmark: Benchmark) -> String {
         if let problem = series.problem { return problem }
+        if let skipped = series.skipped { return skipped }
         guard let median = series.median else { return "no result" }
         let unit = benchmark.unit
         var text: String

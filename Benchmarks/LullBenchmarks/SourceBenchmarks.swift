@@ -656,6 +656,17 @@ enum Descriptors {
         return Pair(reader: fds[0], writer: fds[1])
     }
 
+    /// A blocking pipe with both ends close-on-exec, or nil (errno set).
+    static func closeOnExecPipe() -> (read: Int32, write: Int32)? {
+        var fds: [Int32] = [-1, -1]
+        guard Glibc.pipe(&fds) == 0 else { return nil }
+        for descriptor in fds where fcntl(descriptor, F_SETFD, FD_CLOEXEC) != 0 {
+            close(fds)
+            return nil
+        }
+        return (fds[0], fds[1])
+    }
+
     static func close(_ descriptors: [Int32]) {
         for descriptor in descriptors { _ = Glibc.close(descriptor) }
     }
@@ -689,9 +700,9 @@ enum Descriptors {
 
 /// This process's memory, as the kernel and the allocator see it.
 enum Memory {
-    /// VmRSS from /proc/self/status, in bytes.
-    static func residentBytes() -> Int? {
-        guard let status = ThreadSwitches.readFile("/proc/self/status") else { return nil }
+    /// VmRSS from /proc/PID/status of `pid` (nil: this process), in bytes.
+    static func residentBytes(of pid: pid_t? = nil) -> Int? {
+        guard let status = ThreadSwitches.readFile(pid.map { "/proc/\($0)/status" } ?? "/proc/self/status") else { return nil }
         for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
             let fields = line.dropFirst("VmRSS:".count).split { $0 == " " || $0 == "\t" }
             if let kilobytes = fields.first.flatMap({ Int($0) }) { return kilobytes * 1024 }

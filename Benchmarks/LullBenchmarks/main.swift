@@ -9,10 +9,10 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
-        + TimerSourceBenchmarks.all
+        + TimerSourceBenchmarks.all + FileSystemBenchmarks.all
 
     /// Names that select several benchmarks.
-    static let groups: [String: [String]] = SourceBenchmarks.groups
+    static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
 
     static func benchmark(named name: String) -> Benchmark? {
         all.first { $0.name == name }
@@ -23,7 +23,9 @@ let usage = """
     usage: lull-bench [options] [benchmark...]
 
     Runs each benchmark for Lull and for Apple's Dispatch (each in a child process of its
-    own) and prints both figures and the ratio Lull/Dispatch.
+    own) and prints both figures and the ratio Lull/Dispatch. Dispatch has no file-system
+    sources on Linux: the fs-* benchmarks compare with the peer their details name (a raw
+    inotify loop, the floor, or inotifywait -r from inotify-tools) in Dispatch's column.
 
     benchmarks (default: all):
     \(Suite.all.map { "  \(Format.padRight($0.name, 23)) \($0.title)" }.joined(separator: "\n"))
@@ -35,7 +37,8 @@ let usage = """
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
                           idle-read-sources-* and timer-memory: fresh processes measured (each
                           warms up itself); at most 2 for timer-churn and 3 for timer-memory;
-                          not timer-wakeups (one fresh process, one window)
+                          not timer-wakeups (one fresh process, one window); fs-tree-watch:
+                          fresh processes; at most 3 for fs-storm
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
                           blocks or calls (default 1,000,000; async-after 100,000; quick: a
@@ -43,7 +46,9 @@ let usage = """
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
                           per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
                           quick 200,000); not timer-wakeups (10,000 timers for 10 s, quick 3 s),
-                          timer-accuracy (1,000 timers), timer-memory (K=100,000)
+                          timer-accuracy (1,000 timers), timer-memory (K=100,000); fs-latency
+                          writes (5,000; quick 1,000), fs-storm files (100,000; quick 20,000);
+                          not fs-tree-watch (10,000 directories)
       --timeout S         per-run timeout in seconds (default 10)
       --help              this text
     """
@@ -108,6 +113,8 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     let parameters = benchmark.parameters(options)
     emit("== \(benchmark.name) (\(benchmark.sizeDescription(parameters))): \(benchmark.title)")
     var series: [Runtime: Series] = [:]
+    let cleanUp = benchmark.prepare?(parameters)
+    defer { cleanUp?() }
     let runs = min(options.runs, benchmark.maxRuns ?? options.runs)
     for runtime in Runtime.allCases {
         let childArguments = [
@@ -132,11 +139,11 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
             }
             let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
             runtimeSeries.absorb(ChildReport.series(from: result, timeout: childTimeout))
-            if runtimeSeries.problem != nil { break }
+            if runtimeSeries.problem != nil || runtimeSeries.skipped != nil { break }
         }
         let elapsed = Clock.seconds(from: started, to: Clock.now())
         series[runtime] = runtimeSeries
-        emit("   \(Format.padRight(runtime.displayName + ":", 9)) \(Report.describe(runtimeSeries, benchmark))"
+        emit("   \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(Report.describe(runtimeSeries, benchmark))"
             + "  [\(Format.fixed(elapsed, 1)) s]")
         for note in runtimeSeries.notes { emit("              \(note)") }
     }

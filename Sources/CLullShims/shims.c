@@ -503,6 +503,34 @@ void lull_directory_close(void *stream) {
     if (stream != NULL) closedir((DIR *)stream);
 }
 
+int lull_open_directory(int dirfd, const char *path) {
+    int fd;
+    do {
+        fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    return fd >= 0 ? fd : -errno;
+}
+
+long lull_read_directory_entries(int fd, void *buffer, unsigned long size) {
+    for (;;) {
+        ssize_t count = getdents64(fd, buffer, size);
+        if (count >= 0) return (long)count;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+const char *lull_next_directory_entry(const void *buffer, long length, long *offset, int *is_directory) {
+    while (*offset < length) {
+        const struct dirent64 *entry = (const struct dirent64 *)((const char *)buffer + *offset);
+        *offset += entry->d_reclen;
+        const char *name = entry->d_name;
+        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+        *is_directory = entry->d_type == DT_DIR ? 1 : (entry->d_type == DT_UNKNOWN ? -1 : 0);
+        return name;
+    }
+    return NULL;
+}
+
 #include <sched.h>
 
 int lull_unshare_user_namespace(void) {

@@ -69,6 +69,35 @@ extension LullSuite {
             #expect(watcher.error == nil)
         }
 
+        @Test func activateWatchesEveryDirectoryOfALargeTreeBeforeItReturns() throws {
+            let directory = try FileSystemTestKit.TemporaryDirectory("tree")
+            defer { directory.remove() }
+            // Enough entries that listing the root takes several getdents64 buffers, with
+            // subdirectories in every one of them.
+            let subdirectories = 300
+            for index in 0..<subdirectories {
+                try FileSystemTestKit.check(mkdir(directory.at("d\(index)"), 0o755), "mkdir")
+                try FileSystemTestKit.check(mkdir(directory.at("d\(index)/nested"), 0o755), "mkdir")
+                for file in 0..<5 {
+                    try FileSystemTestKit.write(directory.at("file-with-a-long-name-\(index)-\(file)"), "x")
+                }
+            }
+            let hub = InotifyHub()
+            let (watcher, log) = try makeWatcher(directory.path, hub: hub)
+            defer { watcher.cancel() }
+            // The root, every directory below it, and the root's parent (for its removal).
+            #expect(hub.snapshot.watches == 1 + 2 * subdirectories + 1)
+            #expect(watcher.error == nil)
+
+            // Watched already when activate() returned: the first and the last directory.
+            try FileSystemTestKit.write(directory.at("d0/nested/first"), "x")
+            try FileSystemTestKit.write(directory.at("d\(subdirectories - 1)/nested/last"), "x")
+            #expect(log.waitFor(.created, directory.at("d0/nested/first")), "\(log.summary)")
+            #expect(log.waitFor(.created, directory.at("d\(subdirectories - 1)/nested/last")), "\(log.summary)")
+            #expect(!log.all.contains { $0.kind == .created && $0.path.hasSuffix("-0") },
+                    "what existed at activation is not reported")
+        }
+
         @Test func directoriesCreatedAfterTheStartAreFollowedEvenWhenMadeQuickly() throws {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }

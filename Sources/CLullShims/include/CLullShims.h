@@ -183,6 +183,17 @@ const char *lull_directory_next(void *stream, int *is_directory);
 /// Closes a stream from lull_directory_open (its descriptor exactly once).
 void lull_directory_close(void *stream);
 
+/// Directory listing without a stream allocation, for walks of many directories: opens the
+/// directory at path relative to dirfd (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+/// retried on EINTR). Returns the fd or -errno.
+int lull_open_directory(int dirfd, const char *path);
+/// One getdents64(2) into the caller's buffer: the byte count (0 at the end) or -errno.
+long lull_read_directory_entries(int fd, void *buffer, unsigned long size);
+/// The next entry of a buffer filled by lull_read_directory_entries, from *offset (which it
+/// advances), skipping "." and ".."; NULL when the buffer is used up. *is_directory is 1 for
+/// a directory, 0 otherwise, -1 when the file system did not say (DT_UNKNOWN).
+const char *lull_next_directory_entry(const void *buffer, long length, long *offset, int *is_directory);
+
 /// Moves the calling process, which must be single-threaded (a child just forked), into a
 /// new user namespace (unshare CLONE_NEWUSER): 0 or errno. The inotify limits are per user
 /// namespace, so a child can lower them for itself (tests of the limit errors).

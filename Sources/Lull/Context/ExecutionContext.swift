@@ -31,6 +31,7 @@ public struct ExecutionContext: Sendable, Equatable {
         return try body()
     }
 
+    /// Two contexts are equal when they carry the same activity (or both none).
     public static func == (lhs: ExecutionContext, rhs: ExecutionContext) -> Bool {
         lhs.activityID == rhs.activityID
     }

@@ -15,27 +15,37 @@ public class EventSourceBase: @unchecked Sendable {
         core.releasedByProgram()
     }
 
+    /// Sets (or with nil removes) the block run on the target queue each time the source
+    /// fires; `data` and the typed accessors are valid inside it. `qos` and `flags` apply to
+    /// each run as to a submitted block.
     public func setEventHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [], handler: (@Sendable () -> Void)?) {
         core.setHandler(.event, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
     }
 
+    /// Sets the work item performed each time the source fires (its QoS and flags apply).
     public func setEventHandler(handler: WorkItem) {
         core.setHandler(.event, SourceHandler(item: handler))
     }
 
+    /// Sets (or with nil removes) the block run once, last, after `cancel()`: after it, no
+    /// event handler runs and what the source watched (a descriptor) may be closed.
     public func setCancelHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [], handler: (@Sendable () -> Void)?) {
         core.setHandler(.cancel, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
     }
 
+    /// Sets the work item performed once, last, after `cancel()`.
     public func setCancelHandler(handler: WorkItem) {
         core.setHandler(.cancel, SourceHandler(item: handler))
     }
 
+    /// Sets (or with nil removes) the block run once when the source is registered at
+    /// activation, before any event handler.
     public func setRegistrationHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [],
                                        handler: (@Sendable () -> Void)?) {
         core.setHandler(.registration, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
     }
 
+    /// Sets the work item performed once at registration, before any event handler.
     public func setRegistrationHandler(handler: WorkItem) {
         core.setHandler(.registration, SourceHandler(item: handler))
     }
@@ -49,6 +59,8 @@ public class EventSourceBase: @unchecked Sendable {
     /// Cancels asynchronously; the cancel handler runs once, last.
     public func cancel() { core.cancel() }
 
+    /// Whether `cancel()` was called (or the source was cancelled because it could not be
+    /// registered; see `registrationError`).
     public var isCancelled: Bool { core.isCancelled }
     /// What the source watches: a descriptor, a signal number, a process id (0 for user data).
     public var handle: UInt { core.handle }
@@ -56,5 +68,7 @@ public class EventSourceBase: @unchecked Sendable {
     public var mask: UInt { core.mask }
     /// Inside the event handler: the merged value for this invocation.
     public var data: UInt { core.data }
+    /// Why the source could not be registered (an ``EventSourceError``: a closed descriptor,
+    /// an inotify limit...), or nil. Such a source is cancelled: its cancel handler runs.
     public var registrationError: (any Error)? { core.registrationError }
 }

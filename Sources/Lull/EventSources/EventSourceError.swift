@@ -16,6 +16,7 @@ public struct EventSourceError: Error, CustomStringConvertible, Sendable {
         self.reason = reason ?? String(cString: strerror(code))
     }
 
+    /// "subject: reason (errno N)", for logs and error messages.
     public var description: String {
         code == 0 ? "\(subject): \(reason)" : "\(subject): \(reason) (errno \(code))"
     }

@@ -6,7 +6,9 @@ import Glibc
 
 /// Events of a process, with kqueue's EVFILT_PROC values.
 public struct ProcessEvent: OptionSet, Sendable {
+    /// The bits of the process events.
     public let rawValue: UInt
+    /// The process events with these bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// The process exited.
@@ -17,6 +19,7 @@ public struct ProcessEvent: OptionSet, Sendable {
     public static let exec = ProcessEvent(rawValue: 0x2000_0000)
     /// The process received a signal (not reported on Linux: see `ProcessSource`).
     public static let signal = ProcessEvent(rawValue: 0x0800_0000)
+    /// Every process event (on Linux only `.exit` is ever reported).
     public static let all: ProcessEvent = [.exit, .fork, .exec, .signal]
 }
 

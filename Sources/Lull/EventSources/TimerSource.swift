@@ -2,7 +2,9 @@ import Synchronization
 
 /// Timer source options.
 public struct TimerFlags: OptionSet, Sendable {
+    /// The bits of the timer flags.
     public let rawValue: UInt
+    /// The timer flags with these bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// Use exactly the requested leeway: no default leeway is added for coalescing.
@@ -52,6 +54,8 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
 }
 
 extension EventSource {
+    /// A timer source, idle until `schedule(...)` and `activate()` (see ``TimerSource``).
+    /// Without `.strict`, a leeway below the default for its queue's QoS is raised to it.
     public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil) -> TimerSource {
         TimerSource(flags: flags, queue: queue)
     }

@@ -40,10 +40,15 @@ import Glibc
 public final class DirectoryTreeWatcher: Sendable {
     /// One change of one path.
     public struct Change: Sendable, Hashable, CustomStringConvertible {
+        /// What happened to a path.
         public enum Kind: Sendable, Hashable {
+            /// Created, or moved into the tree (also each entry found in a directory just created).
             case created
+            /// Its contents were written (a file).
             case modified
+            /// Its permissions, owner, times or link count changed.
             case attributesChanged
+            /// Removed, or moved out of the tree.
             case removed
             /// Moved inside the tree: `path` is the new path.
             case renamed(from: String)
@@ -53,16 +58,21 @@ public final class DirectoryTreeWatcher: Sendable {
             case notWatched(reason: String)
         }
 
+        /// The absolute path (for `.renamed`, the new one).
         public let path: String
+        /// What happened.
         public let kind: Kind
+        /// Whether the path is (or was) a directory.
         public let isDirectory: Bool
 
+        /// A change, as the watcher reports it (for tests and replays).
         public init(path: String, kind: Kind, isDirectory: Bool) {
             self.path = path
             self.kind = kind
             self.isDirectory = isDirectory
         }
 
+        /// "created /path", "renamed /old -> /new", ...
         public var description: String {
             switch kind {
             case .created: "created \(path)"
@@ -113,6 +123,7 @@ public final class DirectoryTreeWatcher: Sendable {
     /// Stops watching and finishes `changes`; a batch being delivered completes.
     public func cancel() { core.cancel() }
 
+    /// Whether `cancel()` was called (or the watcher was released).
     public var isCancelled: Bool { core.isCancelled }
 
     /// The last error met while watching (a directory that could not be watched), or nil.
@@ -409,11 +420,17 @@ final class TreeWatcherCore: InotifyObserver {
 
     /// Watches `top` and every directory below it; says whether `top` itself is watched,
     /// missing (it does not exist, any more) or could not be watched (reported).
+    ///
+    /// A tree of thousands of directories is the common case at `activate()`: each directory
+    /// costs its inotify_add_watch, one open and its getdents64 calls into one buffer for the
+    /// whole walk, and a path string only for what goes on the stack or into the batch.
     @discardableResult
     private func addTree(_ top: String, reportContents: Bool, _ state: inout State) -> TreeResult {
         var stack = [top]
         var visited = Set<ObjectIdentifier>()
         var topResult = TreeResult.missing
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: Self.listingBufferSize, alignment: 8)
+        defer { buffer.deallocate() }
         while let directoryPath = stack.popLast() {
             let lease: InotifyLease
             do throws(EventSourceError) {
@@ -447,22 +464,32 @@ final class TreeWatcherCore: InotifyObserver {
                 state.directories[key] = Directory(path: directoryPath, lease: lease)
             }
             // List it after the watch exists: nothing created meanwhile is missed.
-            guard let stream = lull_directory_open(AT_FDCWD, directoryPath) else { continue }
-            var entryIsDirectory: Int32 = 0
-            while let name = lull_directory_next(stream, &entryIsDirectory) {
-                let entry = directoryPath == "/" ? "/\(String(cString: name))" : "\(directoryPath)/\(String(cString: name))"
-                var isDirectory = entryIsDirectory == 1
-                if entryIsDirectory < 0 {
-                    var status = lull_object_status()
-                    isDirectory = lull_object_status_at(AT_FDCWD, entry, &status) == 0 && status.is_directory != 0
+            let descriptor = lull_open_directory(AT_FDCWD, directoryPath)
+            guard descriptor >= 0 else { continue }  // gone again: its IN_IGNORED follows
+            let prefix = directoryPath == "/" ? "/" : directoryPath + "/"
+            // A read error ends the listing, as the end does (a directory removed meanwhile).
+            while case let length = lull_read_directory_entries(descriptor, buffer, UInt(Self.listingBufferSize)), length > 0 {
+                var offset = 0
+                var entryIsDirectory: Int32 = 0
+                while let name = lull_next_directory_entry(buffer, length, &offset, &entryIsDirectory) {
+                    var isDirectory = entryIsDirectory == 1
+                    if entryIsDirectory < 0 {
+                        var status = lull_object_status()
+                        isDirectory = lull_object_status_at(descriptor, name, &status) == 0 && status.is_directory != 0
+                    }
+                    guard isDirectory || reportContents else { continue }
+                    let entry = prefix + String(cString: name)
+                    if reportContents { record(Change(path: entry, kind: .created, isDirectory: isDirectory), &state) }
+                    if isDirectory { stack.append(entry) }
                 }
-                if reportContents { record(Change(path: entry, kind: .created, isDirectory: isDirectory), &state) }
-                if isDirectory { stack.append(entry) }
             }
-            lull_directory_close(stream)
+            close(descriptor)
         }
         return topResult
     }
+
+    /// The getdents64 buffer of a walk (the size glibc's readdir uses).
+    private static let listingBufferSize = 32 * 1_024
 
     /// A directory moved inside the tree: its watches keep following it, under new paths.
     private func rebase(from old: String, to new: String, _ state: inout State) {

@@ -62,7 +62,9 @@ import Glibc
 
 /// Events of a file-system object, with kqueue's EVFILT_VNODE values (NOTE_*).
 public struct FileSystemEvent: OptionSet, Sendable, Hashable {
+    /// The bits of the file-system events.
     public let rawValue: UInt
+    /// The file-system events with these bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// The object was unlinked (reported at the unlink, even while a descriptor keeps it).
@@ -80,6 +82,7 @@ public struct FileSystemEvent: OptionSet, Sendable, Hashable {
     public static let rename = FileSystemEvent(rawValue: 0x20)
     /// Its file system went away (unmounted).
     public static let revoke = FileSystemEvent(rawValue: 0x40)
+    /// Every file-system event.
     public static let all: FileSystemEvent = [.delete, .write, .extend, .attrib, .link, .rename, .revoke]
 }
 

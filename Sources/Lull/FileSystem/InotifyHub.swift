@@ -121,18 +121,16 @@ final class InotifyHub: Sendable {
                 scheduleTeardownIfIdle(&state)
                 throw FileSystemErrors.error(subject, code: -wd, step: .watch)
             }
-            var status = lull_object_status()
             if let existing = state.watches[wd] {
                 existing.leases += 1
                 existing.kernelMask.formUnion(mask)
                 return InotifyLease(hub: self, watch: existing)
             }
-            let statusError = lull_object_status_at(AT_FDCWD, path, &status)
-            if statusError != 0 {
-                // Gone again already: the watch stays, its IN_IGNORED will follow.
-                status = lull_object_status()
-                status.is_directory = 1
-            }
+            // No statx: a tree watcher adds thousands of these at once, and an unpinned
+            // watch needs only to know that it is a directory (IN_ONLYDIR made sure). Its
+            // device and inode stay unknown (0) until a source pins it (`adopt`).
+            var status = lull_object_status()
+            status.is_directory = 1
             let watch = adopt(&state, watchDescriptor: wd, status: status, pin: -1, mask: mask)
             return InotifyLease(hub: self, watch: watch)
         }
@@ -409,6 +407,8 @@ final class InotifyHub: Sendable {
                 if pin >= 0 {
                     if existing.pin < 0 {
                         existing.pin = pin
+                        existing.device = status.device
+                        existing.inode = status.inode
                         existing.mountID = status.mount_id
                         existing.refreshBaselines()
                     } else {

@@ -31,8 +31,9 @@ final class InotifyWatch: @unchecked Sendable {
     }
 
     let watchDescriptor: Int32
-    let device: UInt64
-    let inode: UInt64
+    /// 0 (unknown) for a watch nobody pinned yet: set when a source pins it.
+    var device: UInt64
+    var inode: UInt64
     let isDirectory: Bool
 
     /// The O_PATH descriptor, or -1 (a watch for observers only, or one that is gone).

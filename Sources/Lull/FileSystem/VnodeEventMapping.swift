@@ -7,7 +7,7 @@ import CLullShims
 /// |---|---|---|---|
 /// | write(2) | WRITE (+ EXTEND if it grew) | IN_MODIFY | `.write`, `.extend` when the size read through the pin grew |
 /// | truncate | WRITE (+ EXTEND) | IN_MODIFY | the same |
-/// | chmod, chown, utimes, xattr | ATTRIB | IN_ATTRIB | `.attrib` when the link count did not change |
+/// | chmod, chown, utimes | ATTRIB | IN_ATTRIB | `.attrib` when the link count did not change |
 /// | link(2) of the object | LINK | IN_ATTRIB | `.link` (the link count grew) |
 /// | unlink(2) of the object | DELETE \| LINK | IN_ATTRIB (IN_DELETE_SELF when freed) | `.delete` + `.link` (the link count fell) |
 /// | rmdir(2) of a watched directory | DELETE \| LINK | nothing while it is open (the pin) | `.delete` + `.link`, from the parent's IN_DELETE and the link count 0 |

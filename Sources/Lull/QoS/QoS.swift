@@ -1,8 +1,20 @@
 /// A quality-of-service class and a relative priority inside it: one abstract parameter that
 /// Lull turns into a thread's nice value, its I/O class and its timer coalescing.
 public struct QoS: Hashable, Sendable {
+    /// The QoS classes, from background work nobody waits for to the user's interaction.
     public enum QoSClass: Comparable, Hashable, Sendable, CaseIterable {
-        case background, utility, `default`, userInitiated, userInteractive, unspecified
+        /// Work the user does not see (see ``QoS/background``).
+        case background
+        /// Long work the user knows about (see ``QoS/utility``).
+        case utility
+        /// The default class (see ``QoS/default``).
+        case `default`
+        /// Work the user started and waits for (see ``QoS/userInitiated``).
+        case userInitiated
+        /// The user's interaction itself (see ``QoS/userInteractive``).
+        case userInteractive
+        /// No class: inherited from the submitter or the queue (see ``QoS/unspecified``).
+        case unspecified
 
         /// `unspecified < background < utility < default < userInitiated < userInteractive`.
         var rank: Int {
@@ -16,6 +28,7 @@ public struct QoS: Hashable, Sendable {
             }
         }
 
+        /// Orders classes: `unspecified` lowest, then background up to user-interactive.
         public static func < (lhs: QoSClass, rhs: QoSClass) -> Bool {
             lhs.rank < rhs.rank
         }
@@ -41,6 +54,7 @@ public struct QoS: Hashable, Sendable {
         }
     }
 
+    /// The class: which worker threads run the work, at which nice value.
     public let qosClass: QoSClass
     /// Orders work inside one class: -15 (lowest) ... 0.
     public let relativePriority: Int
@@ -58,11 +72,18 @@ public struct QoS: Hashable, Sendable {
         self.relativePriority = 0
     }
 
+    /// Work the user does not see (backups, indexing): nice +15, idle I/O class, the widest
+    /// default timer leeway.
     public static let background = QoS(.background)
+    /// Long work the user knows about (downloads, imports): nice +5, a wider default timer leeway.
     public static let utility = QoS(.utility)
+    /// The default class, between utility and user-initiated: nice 0.
     public static let `default` = QoS(.default)
+    /// Work the user started and waits for (opening a document): nice -5 where allowed.
     public static let userInitiated = QoS(.userInitiated)
+    /// Work on the user's interaction itself (the main thread's class): nice -10 where allowed.
     public static let userInteractive = QoS(.userInteractive)
+    /// No QoS: the work takes the QoS it inherits (submitter, queue), as in Dispatch.
     public static let unspecified = QoS(.unspecified)
 
     /// The QoS the calling thread runs at now, overrides included. Lull's workers run at
@@ -82,6 +103,7 @@ public struct QoS: Hashable, Sendable {
 }
 
 extension QoS: CustomStringConvertible {
+    /// "utility", or with a relative priority "utility-4".
     public var description: String {
         relativePriority == 0 ? qosClass.name : "\(qosClass.name)\(relativePriority)"
     }

@@ -1,10 +1,17 @@
 /// `sync`: run a block on the calling thread once the queue (and every serial queue it
 /// funnels through) is ours, without a thread hand-off when the queue is free.
 extension WorkQueue {
+    /// Runs `work` on the calling thread once the queue is the caller's (after the blocks
+    /// before it, on a serial queue) and returns its result; with `.barrier` on a concurrent
+    /// queue, alone. The caller's context and QoS go with it (unless `.detached`).
+    /// - Precondition: not on a serial queue the calling thread is already running (that would
+    ///   deadlock: Lull stops the program with a message instead).
     public func sync<T>(flags: WorkItemFlags = [], execute work: () throws -> T) rethrows -> T {
         try syncRun(flags: flags, itemQoS: .unspecified, work)
     }
 
+    /// Performs `workItem` on the calling thread as `sync(execute:)` does a block, with the
+    /// item's flags and QoS.
     public func sync(execute workItem: WorkItem) {
         syncRun(flags: workItem.flags, itemQoS: workItem.requestedQoS) { workItem.perform() }
     }

@@ -9,6 +9,7 @@ public final class WorkGroup: Sendable {
         var waiters = CompletionWaiters()
     }
 
+    /// An empty group (count 0).
     public init() {}
 
     /// Counts one more piece of outstanding work.

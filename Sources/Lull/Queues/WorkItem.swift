@@ -24,6 +24,8 @@ public final class WorkItem: Sendable {
         var waiters = CompletionWaiters()
     }
 
+    /// A work item that runs `block` with `qos` and `flags`; with `.assignCurrentContext` it
+    /// captures the current execution context (and QoS) now, and runs with them.
     public init(qos: QoS = .unspecified, flags: WorkItemFlags = [], block: @escaping @Sendable () -> Void) {
         self.block = block
         self.qos = qos
@@ -125,6 +127,7 @@ public final class WorkItem: Sendable {
         cancelled.store(true, ordering: .releasing)
     }
 
+    /// Whether `cancel()` was called.
     public var isCancelled: Bool {
         cancelled.load(ordering: .acquiring)
     }

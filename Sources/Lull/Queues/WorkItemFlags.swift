@@ -1,6 +1,8 @@
 /// Flags that change how a block is run: its QoS, its execution context, barrier semantics.
 public struct WorkItemFlags: OptionSet, Sendable {
+    /// The bits of the work item flags.
     public let rawValue: UInt32
+    /// The work item flags with these bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// On a concurrent queue: wait for running blocks, then run alone.

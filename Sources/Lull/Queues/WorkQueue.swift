@@ -8,8 +8,11 @@ import Synchronization
 /// target; whoever runs that request runs a batch of the queue's blocks on its own thread.
 /// A serial target therefore makes all its children mutually exclusive, as in Dispatch.
 public final class WorkQueue: Sendable {
+    /// How a queue runs its blocks and whether it starts active.
     public struct Attributes: OptionSet, Sendable {
+        /// The bits of the queue attributes.
         public let rawValue: UInt32
+        /// The queue attributes with these bits.
         public init(rawValue: UInt32) { self.rawValue = rawValue }
         /// Blocks may run at the same time (barriers excepted).
         public static let concurrent = Attributes(rawValue: 1 << 0)
@@ -26,7 +29,9 @@ public final class WorkQueue: Sendable {
         case mainThread
     }
 
+    /// The name given at creation (shown in logs and debug descriptions).
     public let label: String
+    /// The QoS given at creation (`unspecified`: the queue takes its hierarchy's).
     public let qos: QoS
     let kind: Kind
     let state: SpinFutexLock<QueueState>
@@ -38,6 +43,8 @@ public final class WorkQueue: Sendable {
     /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
     let barrierAwaitsForwarded = Atomic<Bool>(false)
 
+    /// A serial queue (or with `.concurrent`, a concurrent one) that drains through `target`
+    /// (nil: the global queue of `qos`'s class, the default one for `unspecified`).
     public init(label: String, qos: QoS = .unspecified, attributes: Attributes = [], target: WorkQueue? = nil) {
         self.label = label
         self.qos = qos
@@ -106,26 +113,34 @@ public final class WorkQueue: Sendable {
 
     // MARK: Submission
 
+    /// Submits `work` to run on the queue; returns at once. The caller's execution context
+    /// and QoS go with it (unless `.detached`); with `group`, the group counts it until it ran.
     public func async(group: WorkGroup? = nil, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                       execute work: @escaping @Sendable () -> Void) {
         group?.enter()
         enqueue(makeJob(.block(work), qos: qos, flags: flags, group: group))
     }
 
+    /// Submits `workItem` to run on the queue, with its flags and QoS.
     public func async(execute workItem: WorkItem) {
         enqueue(makeJob(for: workItem))
     }
 
+    /// Submits `work` at `deadline` (monotonic clock). Delayed blocks run detached, with the
+    /// empty execution context; to carry the current one, submit a `WorkItem` made with
+    /// `.assignCurrentContext`.
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void) {
         DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
     }
 
+    /// Submits `work` at `wallDeadline` (wall clock: it follows changes of the system date).
     public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void) {
         DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline)
     }
 
+    /// Submits `workItem` at `deadline` (monotonic clock).
     public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
         DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
     }
@@ -224,6 +239,7 @@ public final class WorkQueue: Sendable {
 
     // MARK: Suspension, activation, target
 
+    /// Starts a queue created `.initiallyInactive`; nothing on others.
     public func activate() {
         guard !isGlobal, kind != .mainThread else { return }
         let request = state.locked { state -> (WorkQueue, Job)? in
@@ -291,6 +307,7 @@ public final class WorkQueue: Sendable {
 }
 
 extension WorkQueue: CustomDebugStringConvertible {
+    /// The label, kind, effective QoS, target and suspension state, for debugging.
     public var debugDescription: String {
         let (target, suspended, inactive, floor) = state.locked {
             ($0.target?.label ?? "-", $0.suspendCount, $0.isInactive, $0.floor)

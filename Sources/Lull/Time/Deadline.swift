@@ -15,19 +15,23 @@ public struct Deadline: Comparable, Hashable, Sendable {
     /// A deadline that is never reached.
     public static let distantFuture = Deadline(uptimeNanoseconds: .max)
 
+    /// The instant `uptimeNanoseconds` on `CLOCK_MONOTONIC`.
     public init(uptimeNanoseconds: UInt64) {
         self.uptimeNanoseconds = uptimeNanoseconds
     }
 
+    /// Whether `lhs` comes before `rhs`.
     public static func < (lhs: Deadline, rhs: Deadline) -> Bool {
         lhs.uptimeNanoseconds < rhs.uptimeNanoseconds
     }
 
+    /// `lhs` later by `rhs`, saturating at ``distantFuture``.
     public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
         if lhs == .distantFuture { return .distantFuture }
         return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: rhs.nanoseconds128))
     }
 
+    /// `lhs` earlier by `rhs`, saturating at zero.
     public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
         if lhs == .distantFuture { return .distantFuture }
         return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds.saturatingAdding(nanoseconds: -rhs.nanoseconds128))

@@ -17,10 +17,12 @@ public struct WallDeadline: Comparable, Hashable, Sendable {
         self.nanosecondsSinceEpoch = nanosecondsSinceEpoch
     }
 
+    /// Whether `lhs` comes before `rhs`.
     public static func < (lhs: WallDeadline, rhs: WallDeadline) -> Bool {
         lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch
     }
 
+    /// `lhs` later by `rhs`, saturating at ``distantFuture``.
     public static func + (lhs: WallDeadline, rhs: Duration) -> WallDeadline {
         if lhs == .distantFuture { return .distantFuture }
         return WallDeadline(nanosecondsSinceEpoch: lhs.nanosecondsSinceEpoch.saturatingAdding(nanoseconds: rhs.nanoseconds128))
@@ -29,6 +31,8 @@ public struct WallDeadline: Comparable, Hashable, Sendable {
 
 /// The result of a wait with a timeout.
 public enum WaitResult: Sendable {
+    /// What was waited for happened before the timeout.
     case success
+    /// The timeout passed first.
     case timedOut
 }
