@@ -17,7 +17,11 @@ import Synchronization
 import Glibc
 #endif
 
-setvbuf(stdout, nil, _IOLBF, 0)
+/// Prints a line at once (the output often goes to a pipe: the demo, the tests).
+func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
 
 /// What a block should see.
 enum ExpectedActivity {
@@ -53,13 +57,13 @@ func show(_ who: String, expect activity: ExpectedActivity, qos: QoS.QoSClass) {
     let current = QoS.current
     let matches = activity.holds(for: context) && current.qosClass == qos
     if !matches { mismatches.add(1, ordering: .relaxed) }
-    print("  \(pad(who, 44)) \(pad(describe(context), 40)) QoS \(pad("\(current)", 14)) "
+    say("  \(pad(who, 56)) \(pad(describe(context), 40)) QoS \(pad("\(current)", 14)) "
         + (matches ? "ok" : "MISMATCH (expected QoS \(QoS(qosClass: qos, relativePriority: 0)))"))
 }
 
 /// Runs `step` and waits until the work it starts has left `group`.
 func section(_ title: String, _ step: (WorkGroup) -> Void) {
-    print("\n\(title)")
+    say("\n\(title)")
     let group = WorkGroup()
     step(group)
     group.wait()
@@ -80,9 +84,10 @@ let api = WorkQueue(label: "api", qos: .userInitiated)
 let storage = WorkQueue(label: "storage")                  // no QoS of its own
 let audit = WorkQueue(label: "audit", qos: .background)
 let janitor = WorkQueue(label: "janitor", qos: .utility)
+let reports = WorkQueue(label: "reports")                  // no QoS of its own
 
-print("Lull activities: what each block sees (ExecutionContext.current, QoS.current)")
-print("  \(pad("block", 44)) \(pad("ExecutionContext.current", 40)) QoS.current")
+say("Lull activities: what each block sees (ExecutionContext.current, QoS.current)")
+say("  \(pad("block", 56)) \(pad("ExecutionContext.current", 40)) QoS.current")
 
 ExecutionContext.withActivity("GET /users/42") {
     let request = ExecutionContext.current
@@ -135,28 +140,32 @@ ExecutionContext.withActivity("GET /users/42") {
             show("api: asyncAfter block", expect: .none, qos: .userInitiated)
             group.leave()
         }
-        let timers = [
-            EventSource.makeTimerSource(queue: storage),
-            EventSource.makeTimerSource(queue: storage),
-        ]
+        // Both timers are set up by the request's handler on `api` (a user-initiated thread).
         group.enter()
-        timers[0].setEventHandler {
-            // Set up from inside the request, but runs detached, at its queue's QoS: a queue
-            // without QoS gives `default`, whatever the thread that set the handler ran at.
-            show("storage: timer handler (a closure)", expect: .none, qos: .default)
-            timers[0].cancel()
+        api.async {
+            let plain = EventSource.makeTimerSource(queue: storage)
+            let assigned = EventSource.makeTimerSource(queue: reports)
+            group.enter()
+            plain.setEventHandler {
+                // Runs detached, at its queue's QoS: a queue without QoS gives `default`,
+                // whatever the thread that set the handler ran at.
+                show("storage: timer handler (a closure)", expect: .none, qos: .default)
+                plain.cancel()
+                group.leave()
+            }
+            group.enter()
+            assigned.setEventHandler(handler: WorkItem(flags: .assignCurrentContext) {
+                // The work item took the request's context and QoS when it was made.
+                show("reports: timer handler (WorkItem, .assignCurrentContext)", expect: .same(as: request),
+                     qos: .userInitiated)
+                assigned.cancel()
+                group.leave()
+            })
+            for timer in [plain, assigned] as [TimerSource] {
+                timer.schedule(deadline: .now() + .milliseconds(10), leeway: .milliseconds(5))
+                timer.activate()
+            }
             group.leave()
-        }
-        group.enter()
-        timers[1].setEventHandler(handler: WorkItem(flags: .assignCurrentContext) {
-            show("storage: timer handler (WorkItem, .assignCurrentContext)", expect: .same(as: request),
-                 qos: inferred(from: mainQoS))
-            timers[1].cancel()
-            group.leave()
-        })
-        for timer in timers {
-            timer.schedule(deadline: .now() + .milliseconds(10), leeway: .milliseconds(5))
-            timer.activate()
         }
     }
 }
@@ -166,5 +175,5 @@ section("4. Outside the activity") { _ in
 }
 
 let failed = mismatches.load(ordering: .relaxed)
-print(failed == 0 ? "\nEvery block saw what the rules say." : "\n\(failed) block(s) saw something else: see MISMATCH above.")
+say(failed == 0 ? "\nEvery block saw what the rules say." : "\n\(failed) block(s) saw something else: see MISMATCH above.")
 exit(failed == 0 ? 0 : 1)
