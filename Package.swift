@@ -80,7 +80,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims"],
+            dependencies: ["Lull", "CLullShims", "EchoServerKit"],
             swiftSettings: strictSettings
         ),
     ],

@@ -45,7 +45,9 @@ struct EchoServerCommand: ParsableCommand {
             server = try EchoServer(configuration: .init(
                 port: port, idleTimeout: .milliseconds(Int64(idleTimeout * 1000)), log: log))
         } catch {
-            throw ValidationError("cannot listen: \(error)")
+            // Not a usage error: say why, without the usage text.
+            say("cannot listen: \(error)")
+            throw ExitCode(1)
         }
 
         // Signal sources see SIGINT and SIGTERM only when their disposition does not end
