@@ -9,7 +9,7 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
-        + TimerSourceBenchmarks.all
+        + TimerSourceBenchmarks.all + EchoBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups
@@ -42,7 +42,7 @@ let usage = """
                           tenth, async-after a fifth), ping-pong round trips (30,000; quick
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
                           per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
-                          quick 200,000); not timer-wakeups (10,000 timers for 10 s, quick 3 s),
+                          quick 200,000), echo-load messages (200,000; quick 50,000); not timer-wakeups (10,000 timers for 10 s, quick 3 s),
                           timer-accuracy (1,000 timers), timer-memory (K=100,000)
       --timeout S         per-run timeout in seconds (default 10)
       --help              this text
