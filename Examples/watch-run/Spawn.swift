@@ -2,18 +2,12 @@
 import Glibc
 #endif
 
-/// Why a command could not be started.
-struct SpawnError: Error, CustomStringConvertible {
-    let code: Int32
-    var description: String { String(cString: strerror(code)) }
-}
-
 enum Spawn {
     /// Starts `arguments` (looked up in PATH) as the leader of a new process group, so that
     /// stopping it also stops what it started (`sh -c`, `make`...). The child gets the
     /// default disposition of the signals watch-run ignores for its signal sources, and an
     /// empty signal mask.
-    static func processGroupLeader(_ arguments: [String]) throws(SpawnError) -> pid_t {
+    static func processGroupLeader(_ arguments: [String]) throws(SystemError) -> pid_t {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -32,7 +26,7 @@ enum Spawn {
         defer { for argument in argv { free(argument) } }
         var pid: pid_t = 0
         let result = posix_spawnp(&pid, arguments[0], nil, &attributes, argv, environ)
-        guard result == 0 else { throw SpawnError(code: result) }
+        guard result == 0 else { throw SystemError(code: result) }
         return pid
     }
 }

@@ -2,17 +2,11 @@
 import Glibc
 #endif
 
-/// Why a text file could not be read: the system's reason.
-struct TextFileError: Error, CustomStringConvertible {
-    let code: Int32
-    var description: String { String(cString: strerror(code)) }
-}
-
 enum TextFile {
     /// The lines of a (small) text file.
-    static func lines(of path: String) throws(TextFileError) -> [String] {
+    static func lines(of path: String) throws(SystemError) -> [String] {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw TextFileError(code: errno) }
+        guard descriptor >= 0 else { throw SystemError(code: errno) }
         defer { _ = close(descriptor) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -23,7 +17,7 @@ enum TextFile {
             } else if count == 0 {
                 break
             } else if errno != EINTR {
-                throw TextFileError(code: errno)
+                throw SystemError(code: errno)
             }
         }
         return String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
