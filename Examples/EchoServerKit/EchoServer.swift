@@ -65,6 +65,13 @@ public final class EchoServer: Sendable {
         self.configuration = configuration
         acceptSource = EventSource.makeReadSource(fileDescriptor: listener,
                                                   queue: WorkQueue(label: "echo.accept", qos: .userInitiated))
+        // Set here, not in start(): a server dropped without being started still closes its
+        // socket (a source that is no longer referenced is cancelled).
+        open.enter()
+        acceptSource.setCancelHandler { [listener, open] in
+            _ = Glibc.close(listener)
+            open.leave()
+        }
     }
 
     /// The connections open now.
@@ -74,12 +81,7 @@ public final class EchoServer: Sendable {
 
     /// Starts accepting connections.
     public func start() {
-        open.enter()
         acceptSource.setEventHandler { [weak self] in self?.acceptWaitingConnections() }
-        acceptSource.setCancelHandler { [listener, open] in
-            _ = Glibc.close(listener)
-            open.leave()
-        }
         acceptSource.activate()
     }
 

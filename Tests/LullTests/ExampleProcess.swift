@@ -107,8 +107,42 @@ final class ExampleProcess {
         return found
     }
 
+    /// Sends `signal` to the process, aimed at its thread that waits in epoll (Lull's reactor
+    /// leader) when there is one.
+    ///
+    /// Why aimed: under ThreadSanitizer a signal handler runs only when the thread the kernel
+    /// chose passes through one of the sanitizer's interceptors. The kernel prefers the main
+    /// thread, which an idle Lull program parks on a raw futex (no interceptor), so the
+    /// handler — Lull's forwarder — would wait until something else woke that thread. `kill`
+    /// with a thread's id still sends a process-wide signal, but the kernel gives it to that
+    /// thread if it can take it; epoll_wait is intercepted, so the forwarder runs at once.
     func send(_ signal: Int32) {
-        kill(pid, signal)
+        kill(Self.epollWaitingThread(of: pid) ?? pid, signal)
+    }
+
+    /// A thread of `pid` blocked in epoll_wait, epoll_pwait or epoll_pwait2 (x86_64 and
+    /// arm64 numbers), from /proc/<pid>/task/<tid>/syscall.
+    private static func epollWaitingThread(of pid: pid_t) -> pid_t? {
+        #if arch(x86_64)
+        let epollCalls: Set<Substring> = ["232", "281", "441"]
+        #else
+        let epollCalls: Set<Substring> = ["22", "441"]
+        #endif
+        guard let directory = opendir("/proc/\(pid)/task") else { return nil }
+        defer { closedir(directory) }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard let tid = pid_t(name) else { continue }
+            let descriptor = open("/proc/\(pid)/task/\(tid)/syscall", O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            close(descriptor)
+            guard count > 0 else { continue }
+            let number = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ").first ?? ""
+            if epollCalls.contains(number) { return tid }
+        }
+        return nil
     }
 
     /// Waits for the process to end: its exit status, or nil if it was killed by a signal or

@@ -29,7 +29,7 @@ extension LullSuite {
         }
 
         @Test func echoServerClosesIdleConnections() throws {
-            let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "0.2"])
+            let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "1"])
             let port = try #require(Self.port(from: server.waitForLine(containing: "listening on 127.0.0.1:")))
             let client = try LoopbackSocket.connect(port: port)
             defer { close(client) }
