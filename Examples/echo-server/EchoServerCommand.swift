@@ -26,7 +26,8 @@ struct EchoServerCommand: ParsableCommand {
     @Option(help: "The port on 127.0.0.1; 0 picks a free one (printed at start).")
     var port: UInt16 = 7007
 
-    @Option(name: .customLong("idle-timeout"), help: "Close a connection after this many seconds without data.")
+    @Option(name: .customLong("idle-timeout"),
+            help: ArgumentHelp("Close a connection after this many seconds without data.", valueName: "seconds"))
     var idleTimeout: Double = 30
 
     @Flag(help: "Do not print connections as they open and close.")

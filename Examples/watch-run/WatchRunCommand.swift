@@ -25,13 +25,13 @@ struct WatchRunCommand: ParsableCommand {
             """
     )
 
-    @Option(name: [.customShort("w"), .customLong("watch")], help: "A directory to watch (repeatable; default: the current one).")
+    @Option(name: [.customShort("w"), .customLong("watch")], help: ArgumentHelp("A directory to watch (repeatable; default: the current one).", valueName: "dir"))
     var directories: [String] = []
 
-    @Option(name: [.customShort("i"), .customLong("ignore")], help: "A .gitignore-style pattern of paths to ignore (repeatable).")
+    @Option(name: [.customShort("i"), .customLong("ignore")], help: ArgumentHelp("A .gitignore-style pattern of paths to ignore (repeatable).", valueName: "pattern"))
     var ignorePatterns: [String] = []
 
-    @Option(name: .customLong("ignore-file"), help: "A file of ignore patterns, one per line (repeatable).")
+    @Option(name: .customLong("ignore-file"), help: ArgumentHelp("A file of ignore patterns, one per line (repeatable).", valueName: "file"))
     var ignoreFiles: [String] = []
 
     @Flag(name: .customLong("no-gitignore"), help: "Do not read the .gitignore at the root of each watched directory.")
@@ -41,10 +41,10 @@ struct WatchRunCommand: ParsableCommand {
           help: "Also watch version control metadata (.git/ ...) and editors' temporary files (*.swp, *~ ...).")
     var noDefaultIgnores = false
 
-    @Option(help: "Milliseconds a change waits for others before the command is restarted.")
+    @Option(help: ArgumentHelp("Milliseconds a change waits for others before the command is restarted.", valueName: "ms"))
     var latency: Int = 200
 
-    @Option(help: "Seconds a stopped command gets to exit after SIGTERM before SIGKILL.")
+    @Option(help: ArgumentHelp("Seconds a stopped command gets to exit after SIGTERM before SIGKILL.", valueName: "seconds"))
     var grace: Double = 2
 
     @Flag(help: "Wait for the first change before running the command.")
@@ -85,9 +85,11 @@ struct WatchRunCommand: ParsableCommand {
             let watcher: DirectoryTreeWatcher
             do {
                 watcher = try DirectoryTreeWatcher(path: directory, latency: .milliseconds(latency), queue: events)
-            } catch let error as EventSourceError where error.code != 0 {
+            } catch let error as EventSourceError where [ENOENT, ENOTDIR, EACCES].contains(error.code) {
                 throw fail("cannot watch \(directory): \(String(cString: strerror(error.code)))")
             } catch {
+                // Limits (inotify instances or watches, descriptors): Lull's message names the
+                // limit and the sysctl to raise.
                 throw fail("cannot watch \(directory): \(error)")
             }
             let root = watcher.path
