@@ -29,7 +29,7 @@ test-tsan: deps
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
 
 demo: deps
-	$(SWIFT) run -c release $(SWIFTFLAGS) qos-demo
+	SWIFT="$(SWIFT)" ./scripts/demo.sh
 
 bench: bench-deps
 	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)

@@ -12,6 +12,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -35,15 +36,51 @@ let package = Package(
             path: "Examples/qos-demo",
             swiftSettings: strictSettings
         ),
+        // Examples (issue #8): programs someone would run, each with a README of its own.
+        // EchoServerKit is the echo server's logic, shared by the example and lull-bench.
+        .target(
+            name: "EchoServerKit",
+            dependencies: ["Lull", "CLullShims"],
+            path: "Examples/EchoServerKit",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "echo-server",
+            dependencies: [
+                "EchoServerKit",
+                "Lull",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/echo-server",
+            exclude: ["README.md"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "watch-run",
+            dependencies: [
+                "Lull",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/watch-run",
+            exclude: ["README.md"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "activities",
+            dependencies: ["Lull"],
+            path: "Examples/activities",
+            exclude: ["README.md"],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "lull-bench",
-            dependencies: ["Lull"],
+            dependencies: ["Lull", "EchoServerKit"],
             path: "Benchmarks/LullBenchmarks",
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims"],
+            dependencies: ["Lull", "CLullShims", "EchoServerKit"],
             swiftSettings: strictSettings
         ),
     ],

@@ -9,7 +9,7 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
-        + TimerSourceBenchmarks.all + FileSystemBenchmarks.all
+        + TimerSourceBenchmarks.all + FileSystemBenchmarks.all + EchoBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
@@ -45,10 +45,11 @@ let usage = """
                           tenth, async-after a fifth), ping-pong round trips (30,000; quick
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
                           per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
-                          quick 200,000); not timer-wakeups (10,000 timers for 10 s, quick 3 s),
-                          timer-accuracy (1,000 timers), timer-memory (K=100,000); fs-latency
-                          writes (5,000; quick 1,000), fs-storm files (100,000; quick 20,000);
-                          not fs-tree-watch (10,000 directories)
+                          quick 200,000), echo-load messages (200,000; quick 50,000); not
+                          timer-wakeups (10,000 timers for 10 s, quick 3 s), timer-accuracy
+                          (1,000 timers), timer-memory (K=100,000); fs-latency writes (5,000;
+                          quick 1,000), fs-storm files (100,000; quick 20,000); not
+                          fs-tree-watch (10,000 directories)
       --timeout S         per-run timeout in seconds (default 10)
       --help              this text
     """

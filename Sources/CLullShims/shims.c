@@ -179,6 +179,11 @@ int lull_pidfd_open(int32_t pid) {
     return fd < 0 ? -errno : (int)fd;
 }
 
+int lull_accept_nonblocking(int listener) {
+    int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
 int lull_eventfd(void) {
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     return fd < 0 ? -errno : fd;

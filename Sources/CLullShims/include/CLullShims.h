@@ -102,6 +102,9 @@ int lull_clock_watch_check(int fd);
 
 /// Opens a pidfd for pid (pidfd_open, O_CLOEXEC is implied). Returns the fd or -errno.
 int lull_pidfd_open(int32_t pid);
+/// Accepts a connection on a listening socket as a non-blocking, close-on-exec socket
+/// (accept4, which Swift's Glibc module does not declare). Returns the fd or -errno.
+int lull_accept_nonblocking(int listener);
 /// Creates a non-blocking, close-on-exec eventfd. Returns the fd or -errno.
 int lull_eventfd(void);
 /// Reads and discards an eventfd's counter.

@@ -9,8 +9,9 @@ extension Mutex where Value: ~Copyable {
     /// met under contention and reports races that cannot happen. The annotations, keyed by
     /// the mutex's address (stable: Lull's mutexes are stored properties of classes), restore
     /// it; they cost nothing outside sanitizer builds (empty C functions).
+    /// `package`: the examples and benchmarks of this package lock the same way.
     @inline(__always)
-    borrowing func locked<Result: ~Copyable, E: Error>(
+    package borrowing func locked<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         let address = withUnsafePointer(to: self) { UnsafeRawPointer($0) }
