@@ -56,7 +56,10 @@ extension WorkerPool {
         for pool in classes {
             let snapshot = pool.state.locked { state -> (tids: [Int32], knownBlocked: Int, taken: UInt64)? in
                 guard !state.jobs.isEmpty, state.idle.isEmpty, state.running >= cpuCount else { return nil }
-                return (Array(state.threadIDs), state.blocked, state.taken)
+                // Workers woken for work and not yet back on a CPU sleep in the kernel's
+                // eyes too: on a loaded machine that lasts, and replacing them would only
+                // add threads to the queue for the CPU.
+                return (Array(state.threadIDs), state.blocked + state.waking, state.taken)
             }
             guard let snapshot else { continue }
             stillSaturated = true
