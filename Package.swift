@@ -9,9 +9,11 @@ let package = Package(
     name: "Lull",
     products: [
         .library(name: "Lull", targets: ["Lull"]),
+        .executable(name: "timerfires", targets: ["timerfires"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -33,6 +35,23 @@ let package = Package(
             name: "qos-demo",
             dependencies: ["Lull"],
             path: "Examples/qos-demo",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "timerfires",
+            dependencies: [
+                "Lull",
+                "CLullShims",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/timerfires",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "timer-coalescing",
+            dependencies: ["Lull"],
+            path: "Examples/timer-coalescing",
+            exclude: ["README.md"],
             swiftSettings: strictSettings
         ),
         .executableTarget(

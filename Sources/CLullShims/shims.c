@@ -508,3 +508,18 @@ void lull_directory_close(void *stream) {
 int lull_unshare_user_namespace(void) {
     return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
 }
+
+// MARK: Diagnostics control socket
+
+int lull_accept_nonblocking(int listener) {
+    int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int lull_peer_uid(int fd, uint32_t *uid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return errno;
+    *uid = credentials.uid;
+    return 0;
+}

@@ -188,4 +188,11 @@ void lull_directory_close(void *stream);
 /// namespace, so a child can lower them for itself (tests of the limit errors).
 int lull_unshare_user_namespace(void);
 
+// MARK: Diagnostics control socket
+
+/// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC: the connection's fd, or -errno.
+int lull_accept_nonblocking(int listener);
+/// The user id of a unix socket's peer (SO_PEERCRED): 0 on success, or errno.
+int lull_peer_uid(int fd, uint32_t *uid);
+
 #endif

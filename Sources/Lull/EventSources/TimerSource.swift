@@ -25,11 +25,18 @@ public struct TimerFlags: OptionSet, Sendable {
 public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     private let driver: TimerDriver
 
-    init(flags: TimerFlags, queue: WorkQueue?) {
-        let driver = TimerDriver(strict: flags.contains(.strict))
+    init(flags: TimerFlags, queue: WorkQueue?, site: TimerSite) {
+        let driver = TimerDriver(strict: flags.contains(.strict), site: site)
         self.driver = driver
         super.init(core: SourceCore(kindName: "TimerSource", target: queue, merge: .add,
                                     handle: 0, mask: flags.rawValue, driver: driver))
+    }
+
+    /// The name of this timer in wake-up diagnostics (`timerfires`, `RuntimeDiagnostics`);
+    /// without one, the timer is named by where it was created ("File.swift:42").
+    public var label: String? {
+        get { driver.label }
+        set { driver.label = newValue }
     }
 
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
@@ -52,8 +59,11 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
 }
 
 extension EventSource {
-    public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil) -> TimerSource {
-        TimerSource(flags: flags, queue: queue)
+    /// A timer source; `file` and `line` name it in wake-up diagnostics unless it gets a
+    /// `label`.
+    public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil,
+                                       file: StaticString = #fileID, line: UInt = #line) -> TimerSource {
+        TimerSource(flags: flags, queue: queue, site: TimerSite(file: file, line: line))
     }
 }
 
@@ -75,13 +85,33 @@ final class TimerDriver: SourceDriver {
         var entry: TimerEntry?
         var core: SourceCore?
         var registered = false
+        var label: String?
     }
 
     let strict: Bool
+    let site: TimerSite
     private let state = Mutex<State>(State())
 
-    init(strict: Bool) {
+    init(strict: Bool, site: TimerSite) {
         self.strict = strict
+        self.site = site
+    }
+
+    var label: String? {
+        get { state.locked { $0.label } }
+        set { state.locked { $0.label = newValue } }
+    }
+
+    /// How wake-up diagnostics name this timer, and its interval (nil: one-shot).
+    func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
+        state.locked { state in
+            let qos = state.core?.floorQoS.qosClass ?? .unspecified
+            let origin = TimerFireOrigin(identity: state.label ?? site.description,
+                                         queue: state.core?.target.label ?? "?",
+                                         qos: qos == .unspecified ? .default : qos,
+                                         instance: UInt64(UInt(bitPattern: ObjectIdentifier(self).hashValue)))
+            return (origin, state.schedule?.interval)
+        }
     }
 
     /// A duration in nanoseconds for a timer: nil for nil or a non-positive interval.

@@ -115,18 +115,27 @@ public final class WorkQueue: Sendable {
         enqueue(makeJob(for: workItem))
     }
 
+    /// `file` and `line` name the block's timer in wake-up diagnostics (`timerfires`).
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line))
     }
 
+    /// `file` and `line` name the block's timer in wake-up diagnostics (`timerfires`).
     public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline)
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline,
+                             site: TimerSite(file: file, line: line))
     }
 
-    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
-        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
+    /// `file` and `line` name the item's timer in wake-up diagnostics (`timerfires`).
+    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line))
     }
 
     /// A job for a block submitted now by the calling thread (its context and QoS travel).

@@ -8,7 +8,7 @@ enum DelayedWork {
         min(max(delay / 10, 1_000_000), 60_000_000_000)
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, site: TimerSite) {
         if deadline == .distantFuture { return }  // never due: Dispatch drops it too
         let now = SystemClock.monotonicNanoseconds()
         guard deadline.uptimeNanoseconds > now else {
@@ -16,11 +16,12 @@ enum DelayedWork {
             return
         }
         let entry = TimerEntry(action: .enqueue(queue, job))
+        entry.delayedOrigin = Diagnostics.delayedOrigin(site)
         TimerEngine.shared.schedule(entry, deadline: deadline.uptimeNanoseconds,
                                     leeway: leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite) {
         if wallDeadline == .distantFuture { return }
         let wall = wallDeadline.nanosecondsSinceEpoch
         let deadline = monotonicDeadline(forWall: wall)
@@ -30,6 +31,7 @@ enum DelayedWork {
             return
         }
         let entry = TimerEntry(action: .enqueue(queue, job))
+        entry.delayedOrigin = Diagnostics.delayedOrigin(site)
         TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway(forDelay: deadline - now), wallDeadline: wall)
     }
 

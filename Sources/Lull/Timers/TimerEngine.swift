@@ -117,6 +117,7 @@ final class TimerEngine: Sendable {
     }
 
     private func perform(_ entry: TimerEntry, now: UInt64) {
+        Diagnostics.timerWillFire(entry, now: now)
         switch entry.action {
         case .enqueue(let queue, let job): queue.enqueue(job)
         case .direct(let action): action()

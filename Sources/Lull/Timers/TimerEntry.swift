@@ -22,6 +22,8 @@ final class TimerEntry: @unchecked Sendable {
     var sequence: UInt64 = 0
     var deadlineSlot = -1
     var latestSlot = -1
+    /// Where an `asyncAfter` block came from, recorded only while diagnostics are on.
+    var delayedOrigin: DelayedWorkOrigin?
     let action: Action
     /// The runtime's own (the stall check): not counted among the program's timers.
     let isHousekeeping: Bool
