@@ -57,7 +57,8 @@ final class TraceBuffer: @unchecked Sendable {
             throw DiagnosticsError(code == EWOULDBLOCK ? "the trace file \(path) is taken by another process"
                                                        : "cannot lock the trace file \(path): errno \(code)")
         }
-        guard ftruncate(opened, off_t(size)) == 0 else {
+        // Emptied first: a file reused from an earlier recording starts from zeros.
+        guard ftruncate(opened, 0) == 0, ftruncate(opened, off_t(size)) == 0 else {
             let code = errno
             close(opened)
             throw DiagnosticsError("cannot size the trace file \(path)", errno: code)
