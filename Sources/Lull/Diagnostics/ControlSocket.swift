@@ -6,21 +6,32 @@ import Glibc
 #endif
 
 /// How `timerfires --pid` reaches a running program: an abstract-namespace unix socket
-/// named `lull-diagnostics.<pid>`, registered with the reactor.
+/// named `lull-diagnostics.<pid>`, in the reactor while the reactor is polled.
 ///
-/// The listener does not count in the reactor's interest: it never makes a worker poll, and
-/// while nobody connects it costs no wake-up. A connection is served by the poller of the
-/// program's timers and sources (a program that has never used one has nothing to report).
-/// Only a peer of the same user (or root) is answered. The protocol is one line per
-/// request: `start <capacity> <trace path>` answers `ok <pid>` or `error <why>`, `stop`
-/// answers `ok`; closing the connection also stops the recording it started.
+/// The listener is in libevent's set only while the reactor's interest is positive (some
+/// timer or event source keeps a worker polling): it never makes a worker poll, never
+/// keeps one in the loop when the program's own events are gone, and while nobody
+/// connects it costs no wake-up. A connection made while nothing is polled waits in the
+/// backlog until something is. Only a peer of the same user (or root) is answered. The
+/// protocol is one line per request: `start <capacity> <trace path>` answers `ok <pid>` or
+/// `error <why>`, `stop` answers `ok`; closing the connection also stops the recording it
+/// started.
 package enum ControlSocket {
     package static func name(pid: Int32) -> String { "lull-diagnostics.\(pid)" }
 
-    /// Creates the listener and registers it; failures are logged once (diagnostics are
-    /// optional, the program runs on without them). Also starts a recording the
-    /// environment asks for.
-    static func listen(on reactor: Reactor) {
+    /// The listener's libevent event (its address: libevent serialises every call on it
+    /// with the base's lock) and whether it is in the base's set.
+    private struct Listener {
+        var event: UInt = 0
+        var added = false
+    }
+
+    private static let listener = Mutex<Listener>(Listener())
+
+    /// Creates the listener (not yet in the poll set); failures are logged once
+    /// (diagnostics are optional, the program runs on without them). Also starts a
+    /// recording the environment asks for.
+    static func listen(on base: OpaquePointer) {
         RuntimeDiagnostics.startFromEnvironment()
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else {
@@ -36,14 +47,35 @@ package enum ControlSocket {
             close(descriptor)
             return
         }
-        do throws(ReactorError) {
-            // Never removed: the listener lives as long as the process.
-            _ = try reactor.addEvent(descriptor: descriptor, forWriting: false, oneShot: false,
-                                     callback: { descriptor, _, _ in ControlSocket.acceptConnections(descriptor) },
-                                     context: UnsafeMutableRawPointer(bitPattern: 1)!)
-        } catch {
-            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: \(error)" }
+        // Never freed: the listener lives as long as the process (and its descriptor too).
+        let event = event_new(base, descriptor, Int16(EV_READ | EV_PERSIST | EV_ET),
+                              { descriptor, _, _ in ControlSocket.acceptConnections(descriptor) }, nil)
+        guard let event else {
+            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: event_new failed" }
             close(descriptor)
+            return
+        }
+        listener.locked { $0.event = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(event))) }
+    }
+
+    /// Called when the reactor's interest went from or to zero: puts the listener in the
+    /// poll set while the reactor is polled, and takes it out when it is not (so that it
+    /// never keeps a worker in libevent's loop by itself).
+    static func pollingMayHaveChanged(_ reactor: Reactor) {
+        listener.locked { state in
+            guard let event = OpaquePointer(bitPattern: state.event) else { return }
+            let wanted = reactor.needsPoller
+            guard wanted != state.added else { return }
+            if wanted {
+                if event_add(event, nil) != 0 {
+                    RuntimeLog.once("diagnostics-socket-add") { "the diagnostics socket could not join the reactor" }
+                    return
+                }
+            } else {
+                // Never waits: the callback uses nothing that goes away.
+                event_del_noblock(event)
+            }
+            state.added = wanted
         }
     }
 

@@ -51,7 +51,7 @@ final class Reactor: Sendable {
             fatalError("Lull: event_new() for the reactor's timer failed: out of memory")
         }
         timerEvent = timer
-        ControlSocket.listen(on: self)
+        ControlSocket.listen(on: base)
     }
 
     /// A new libevent event on this base for a descriptor.
@@ -130,11 +130,13 @@ final class Reactor: Sendable {
     /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
     /// may be away running work, and only libevent's own wake-up would reach a poller.
     func addInterest() {
-        interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        let (old, _) = interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
         WorkerPool.shared.ensurePoller()
     }
 
     func removeInterest() {
-        interest.subtract(1, ordering: .acquiringAndReleasing)
+        let (_, new) = interest.subtract(1, ordering: .acquiringAndReleasing)
+        if new == 0 { ControlSocket.pollingMayHaveChanged(self) }
     }
 }
