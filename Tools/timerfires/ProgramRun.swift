@@ -6,9 +6,9 @@ import Glibc
 /// `timerfires -- PROGRAM ARGS...`: runs the program with recording on (through the
 /// environment) and collects the trace when it exits.
 ///
-/// The tool ignores SIGINT while the program runs: Ctrl-C reaches the program (the
-/// terminal signals the whole foreground group), which ends, and the tool reports. The
-/// records survive the program's death: they are in the shared file already.
+/// On Ctrl-C the program ends (the terminal signals the whole foreground group; a SIGINT
+/// sent to the tool alone is passed on) and the tool reports. The records survive the
+/// program's death: they are in the shared file already.
 struct ProgramRun {
     let command: [String]
     let traceFile: TraceFile
@@ -16,14 +16,26 @@ struct ProgramRun {
 
     func run() throws -> Collected {
         let executable = try resolve(command[0])
-        signal(SIGINT, SIG_IGN)
-        defer { signal(SIGINT, SIG_DFL) }
-        let start = monotonicNow()
+        // SIGINT is taken with sigtimedwait while the program runs (the program itself
+        // starts with it unblocked and at its default).
+        var interrupt = sigset_t()
+        sigemptyset(&interrupt)
+        sigaddset(&interrupt, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &interrupt, nil)
+        defer { pthread_sigmask(SIG_UNBLOCK, &interrupt, nil) }
         let child = try spawn(executable)
         var status: Int32 = 0
         var usage = rusage()
-        while wait4(child, &status, 0, &usage) < 0 {
-            guard errno == EINTR else { throw ToolError("waiting for \(command[0]) failed: \(String(cString: strerror(errno)))") }
+        while true {
+            let reaped = wait4(child, &status, WNOHANG, &usage)
+            if reaped == child { break }
+            if reaped < 0 && errno != EINTR {
+                throw ToolError("waiting for \(command[0]) failed: \(String(cString: strerror(errno)))")
+            }
+            var step = timespec(tv_sec: 0, tv_nsec: 50_000_000)
+            // Ctrl-C in a terminal reaches the program too; a SIGINT sent to the tool alone
+            // is passed on. Either way the report comes when the program has ended.
+            if sigtimedwait(&interrupt, nil, &step) == SIGINT { kill(child, SIGINT) }
         }
         let end = monotonicNow()
         let trace: Trace
@@ -35,7 +47,6 @@ struct ProgramRun {
         } catch {
             throw ToolError("\(error)")
         }
-        _ = start
         return Collected(trace: trace, endTime: end,
                          kernel: KernelCount(voluntarySwitches: Int(usage.ru_nvcsw), threads: nil),
                          note: exitDescription(status).map { "\(command[0]) \($0)" })
@@ -87,7 +98,10 @@ struct ProgramRun {
         sigemptyset(&defaults)
         sigaddset(&defaults, SIGINT)
         posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
 
         let arguments = ([executable] + command.dropFirst()).map { strdup($0) } + [nil]
         let environmentPointers = environment.map { strdup($0) } + [nil]

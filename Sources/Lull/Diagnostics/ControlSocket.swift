@@ -32,7 +32,7 @@ package enum ControlSocket {
     /// (diagnostics are optional, the program runs on without them). Also starts a
     /// recording the environment asks for.
     static func listen(on base: OpaquePointer) {
-        RuntimeDiagnostics.startFromEnvironment()
+        RuntimeDiagnostics.environmentChecked.touch()
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else {
             RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: socket() failed with errno \(errno)" }

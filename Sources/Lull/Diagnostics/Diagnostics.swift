@@ -12,6 +12,12 @@ import Glibc
 enum Diagnostics {
     static let switchedOn = Atomic<Bool>(false)
     static let recorder = WakeupRecorder()
+    private static let timerSerials = Atomic<UInt64>(0)
+
+    /// A number for a timer source, unique in the process (addresses are reused).
+    static func nextTimerSerial() -> UInt64 {
+        timerSerials.wrappingAdd(1, ordering: .relaxed).newValue
+    }
 
     @inline(__always)
     static var isOn: Bool { switchedOn.load(ordering: .relaxed) }

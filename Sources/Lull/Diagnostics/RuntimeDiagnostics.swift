@@ -38,13 +38,17 @@ public enum RuntimeDiagnostics {
     private static let recording = Mutex<Recording?>(nil)
 
     /// True while the runtime records.
-    public static var isRecording: Bool { Diagnostics.recorder.isRecording }
+    public static var isRecording: Bool {
+        environmentChecked.touch()
+        return Diagnostics.recorder.isRecording
+    }
 
     /// Starts recording in memory, with room for `capacity` records (wake-ups and timer
     /// fires, 64 bytes each).
     /// - Throws: `DiagnosticsError` if a recording is already running, the capacity is out
     ///   of range (1 ... 16,777,216) or the memory cannot be mapped.
     public static func start(capacity: Int = defaultCapacity) throws(DiagnosticsError) {
+        environmentChecked.touch()
         try checkCapacity(capacity)
         try begin(TraceBuffer(capacity: capacity))
     }
@@ -106,9 +110,13 @@ public enum RuntimeDiagnostics {
         }
     }
 
-    /// Starts the recording `LULL_DIAGNOSTICS_TRACE` asks for, if any (at the reactor's
-    /// creation). A file another process already records into is left alone.
-    static func startFromEnvironment() {
+    /// Starts the recording the environment asks for, once: when the reactor is created or
+    /// when the program first asks about recording, whichever comes first.
+    static let environmentChecked = OnceToken { startFromEnvironment() }
+
+    /// Starts the recording `LULL_DIAGNOSTICS_TRACE` asks for, if any. A file another
+    /// process already records into is left alone.
+    private static func startFromEnvironment() {
         guard let path = getenv(traceEnvironmentVariable).map({ String(cString: $0) }), !path.isEmpty else { return }
         let capacity = getenv(capacityEnvironmentVariable).flatMap { Int(String(cString: $0)) } ?? defaultCapacity
         do throws(DiagnosticsError) {
@@ -116,5 +124,24 @@ public enum RuntimeDiagnostics {
         } catch {
             RuntimeLog.once("diagnostics-environment") { "not recording wake-ups into \(path): \(error)" }
         }
+    }
+}
+
+/// Runs its action the first time it is touched (a lazily initialised static does the
+/// once-only part).
+final class OnceToken: Sendable {
+    private let done = Mutex<Bool>(false)
+    private let action: @Sendable () -> Void
+
+    init(_ action: @escaping @Sendable () -> Void) {
+        self.action = action
+    }
+
+    func touch() {
+        let first = done.locked { done -> Bool in
+            defer { done = true }
+            return !done
+        }
+        if first { action() }
     }
 }

@@ -86,6 +86,8 @@ final class TimerDriver: SourceDriver {
         var core: SourceCore?
         var registered = false
         var label: String?
+        /// Tells this timer apart in wake-up diagnostics (0: not asked yet).
+        var diagnosticsSerial: UInt64 = 0
     }
 
     let strict: Bool
@@ -106,10 +108,11 @@ final class TimerDriver: SourceDriver {
     func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
         state.locked { state in
             let qos = state.core?.floorQoS.qosClass ?? .unspecified
+            if state.diagnosticsSerial == 0 { state.diagnosticsSerial = Diagnostics.nextTimerSerial() }
             let origin = TimerFireOrigin(identity: state.label ?? site.description,
                                          queue: state.core?.target.label ?? "?",
                                          qos: qos == .unspecified ? .default : qos,
-                                         instance: UInt64(UInt(bitPattern: ObjectIdentifier(self).hashValue)))
+                                         instance: state.diagnosticsSerial)
             return (origin, state.schedule?.interval)
         }
     }
