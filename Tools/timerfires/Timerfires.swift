@@ -11,9 +11,10 @@ struct Timerfires: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Reports the timers and wake-ups of a program that uses Lull.",
         discussion: """
-            timerfires [options] -- PROGRAM ARGS...   runs PROGRAM and reports when it exits (or on Ctrl-C)
-            timerfires [options] --pid PID            attaches to a running Lull program and reports after
-                                                      --seconds N, on Ctrl-C or when it exits
+            With -- PROGRAM ARGS..., runs the program and reports when it exits (or on Ctrl-C). \
+            With --pid PID, attaches to a running Lull program and reports after --seconds N, \
+            on Ctrl-C or when the program exits. With --read-trace FILE, reports on a trace \
+            kept with --trace.
             """)
 
     @Flag(name: [.customShort("g"), .long], help: "One row per timer identity (label or creation site).")
