@@ -96,7 +96,9 @@ extension LullSuite {
             #expect(report.wakeups.timer.count >= 1)
             #expect(report.wakeups.total.count == report.wakeups.timer.count + report.wakeups.descriptor.count
                     + report.wakeups.crossThread.count + report.wakeups.other.count)
-            #expect(report.coalescing.windows >= 11)
+            // One window per fire record: a late repeating timer merges fires into one record.
+            let allFires = report.timers.reduce(0) { $0 + $1.fires }
+            #expect(report.coalescing.windows >= 2 && report.coalescing.windows <= allFires)
             #expect(report.kernel != nil)
         }
 

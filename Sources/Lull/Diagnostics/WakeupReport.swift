@@ -21,8 +21,9 @@ public struct WakeupReport: Sendable {
         public var meanIntervalMilliseconds: Double?
         /// The mean leeway the timer engine gave the fires.
         public var leewayMilliseconds: Double
-        /// How long after its deadline a fire came, on average and at the 99th percentile.
+        /// How long after its deadline a fire came, on average.
         public var meanLatenessMilliseconds: Double
+        /// How long after its deadline a fire came, at the 99th percentile (nearest rank).
         public var p99LatenessMilliseconds: Double
         /// The share of fires (0...1) that shared their wake-up with another timer or rode on
         /// a descriptor event: fires that cost no wake-up of their own.
@@ -31,7 +32,9 @@ public struct WakeupReport: Sendable {
 
     /// How often something happened, in all and per second.
     public struct Rate: Sendable {
+        /// How many times over the recording.
         public var count: Int
+        /// `count` divided by the recording's duration.
         public var perSecond: Double
     }
 
@@ -45,6 +48,7 @@ public struct WakeupReport: Sendable {
         public var crossThread: Rate
         /// The poll returned for none of these.
         public var other: Rate
+        /// Every reactor wake-up.
         public var total: Rate
     }
 
@@ -62,7 +66,9 @@ public struct WakeupReport: Sendable {
 
     /// The kernel's count of the process's wake-ups: voluntary context switches of its threads.
     public struct KernelWakeups: Sendable {
+        /// Voluntary context switches of the process's threads over the recording.
         public var voluntaryContextSwitches: Int
+        /// `voluntaryContextSwitches` divided by the recording's duration.
         public var perSecond: Double
         /// Threads counted (nil when the count comes from the exit status, all threads in).
         public var threads: Int?
@@ -70,8 +76,11 @@ public struct WakeupReport: Sendable {
 
     /// CPU time of the blocks that ran at one QoS class.
     public struct QoSTime: Sendable {
+        /// The class, as powermetrics names them ("background", ..., "user-interactive").
         public var qos: String
+        /// CPU time of the blocks that ran at this class, over the recording.
         public var milliseconds: Double
+        /// `milliseconds` per second of the recording.
         public var millisecondsPerSecond: Double
     }
 
@@ -85,7 +94,9 @@ public struct WakeupReport: Sendable {
     public var lostRecords: Int
     /// One row per timer (or identity), most fires first.
     public var timers: [TimerRow]
+    /// Reactor wake-ups by cause (over the whole recording, lost records included).
     public var wakeups: Wakeups
+    /// The wake-ups timers used against the fewest possible for their windows.
     public var coalescing: Coalescing
     /// nil when the process could not be read.
     public var kernel: KernelWakeups?

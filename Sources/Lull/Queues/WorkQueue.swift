@@ -115,7 +115,8 @@ public final class WorkQueue: Sendable {
         enqueue(makeJob(for: workItem))
     }
 
-    /// `file` and `line` name the block's timer in wake-up diagnostics (`timerfires`).
+    /// Submits `work` to run once `deadline` has passed, within a leeway of 10% of the
+    /// delay (1 ms ... 60 s). `file` and `line` name its timer in wake-up diagnostics.
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void,
                            file: StaticString = #fileID, line: UInt = #line) {
@@ -123,7 +124,8 @@ public final class WorkQueue: Sendable {
                              site: TimerSite(file: file, line: line))
     }
 
-    /// `file` and `line` name the block's timer in wake-up diagnostics (`timerfires`).
+    /// Submits `work` to run once the wall clock reaches `wallDeadline`, within a leeway of
+    /// 10% of the delay. `file` and `line` name its timer in wake-up diagnostics.
     public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void,
                            file: StaticString = #fileID, line: UInt = #line) {
@@ -131,7 +133,8 @@ public final class WorkQueue: Sendable {
                              site: TimerSite(file: file, line: line))
     }
 
-    /// `file` and `line` name the item's timer in wake-up diagnostics (`timerfires`).
+    /// Submits `workItem` to run once `deadline` has passed, within a leeway of 10% of the
+    /// delay. `file` and `line` name its timer in wake-up diagnostics.
     public func asyncAfter(deadline: Deadline, execute workItem: WorkItem,
                            file: StaticString = #fileID, line: UInt = #line) {
         DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline,
