@@ -7,6 +7,7 @@
 //   timer-coalescing                 both runs, compared through RuntimeDiagnostics
 //   timer-coalescing --leeway-ms N   one run with leeway N ms (for `timerfires -- ...`)
 //   timer-coalescing --burn-ms N     also burn N ms of CPU on a utility queue
+//   timer-coalescing --rounds N      with --leeway-ms: run N times over (for `timerfires --pid`)
 //
 // At the end a run prints what it did ("fired heartbeat=40 ..."): the tests compare the
 // timerfires report with it.
@@ -121,7 +122,9 @@ func printError(_ text: String) {
 
 let burn = option("--burn-ms") ?? 0
 if let leeway = option("--leeway-ms") {
-    print("fired \(runTimers(leewayMilliseconds: leeway, burnMilliseconds: burn))")
+    for _ in 0..<max(1, option("--rounds") ?? 1) {
+        print("fired \(runTimers(leewayMilliseconds: leeway, burnMilliseconds: burn))")
+    }
     exit(0)
 }
 
