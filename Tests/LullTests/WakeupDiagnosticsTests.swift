@@ -300,6 +300,15 @@ extension LullSuite {
             }
             #expect(try failure(["--pid", "\(sleeper)", "--seconds", "1"]).contains("is not a Lull program"))
 
+            // This process (a Lull program) seen by another user. Root can read every process,
+            // so the check needs root to become someone else.
+            if geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0 {
+                let stranger = try ToolProcess.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                                        tool, "--pid", "\(getpid())", "--seconds", "1"])
+                #expect(stranger.status != 0)
+                #expect(stranger.standardError.contains("is not ours to read"), "\(stranger.standardError)")
+            }
+
             let directory = "/tmp/lull-timerfires-test.\(getpid())"
             mkdir(directory, 0o700)
             defer {
