@@ -20,7 +20,10 @@ enum WakeupAnalysis {
         let rows = order.map { key -> WakeupReport.TimerRow in
             let fires = groups[key]!.map { trace.fires[$0] }
             let lateness = fires.map { Double($0.time > $0.deadline ? $0.time - $0.deadline : 0) / 1e6 }.sorted()
+            // Per fire, not per record: a record of a late repeating timer stands for
+            // several fires, and the span from the first record covers all but its own.
             let span = Double(fires.last!.time - fires.first!.time) / 1e6
+            let intervals = fires.reduce(0) { $0 + $1.count } - fires.first!.count
             let sharedCount = groups[key]!.filter { shared.contains($0) }.count
             return WakeupReport.TimerRow(
                 identity: key.identity,
@@ -28,7 +31,7 @@ enum WakeupAnalysis {
                 qos: distinct(fires.map(\.qos.name)).joined(separator: ", "),
                 timers: Set(fires.map { RowKey(identity: "", queue: $0.queue, qos: $0.qos, instance: $0.instance) }).count,
                 fires: fires.reduce(0) { $0 + $1.count },
-                meanIntervalMilliseconds: fires.count > 1 ? span / Double(fires.count - 1) : nil,
+                meanIntervalMilliseconds: fires.count > 1 && intervals > 0 ? span / Double(intervals) : nil,
                 leewayMilliseconds: fires.reduce(0.0) { $0 + Double($1.leeway) } / Double(fires.count) / 1e6,
                 meanLatenessMilliseconds: lateness.reduce(0, +) / Double(lateness.count),
                 p99LatenessMilliseconds: percentile(lateness, 0.99),

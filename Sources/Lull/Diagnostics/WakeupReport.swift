@@ -17,7 +17,7 @@ public struct WakeupReport: Sendable {
         public var timers: Int
         /// Fires, counting those a repeating timer merged into one because it fired late.
         public var fires: Int
-        /// The mean time between two fires (nil with fewer than two).
+        /// The mean time between two fires, merged fires counted (nil with fewer than two).
         public var meanIntervalMilliseconds: Double?
         /// The mean leeway the timer engine gave the fires.
         public var leewayMilliseconds: Double
