@@ -9,6 +9,7 @@ let package = Package(
     name: "Lull",
     products: [
         .library(name: "Lull", targets: ["Lull"]),
+        .executable(name: "timerfires", targets: ["timerfires"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
@@ -69,6 +70,23 @@ let package = Package(
             name: "activities",
             dependencies: ["Lull"],
             path: "Examples/activities",
+            exclude: ["README.md"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "timerfires",
+            dependencies: [
+                "Lull",
+                "CLullShims",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/timerfires",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "timer-coalescing",
+            dependencies: ["Lull"],
+            path: "Examples/timer-coalescing",
             exclude: ["README.md"],
             swiftSettings: strictSettings
         ),

@@ -139,6 +139,16 @@ enum Clock {
         return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
     }
 
+    /// CPU time used so far by the calling thread and by the whole process, in nanoseconds.
+    static func cpuNanoseconds() -> (thread: UInt64, process: UInt64) {
+        func read(_ clock: clockid_t) -> UInt64 {
+            var ts = timespec()
+            guard clock_gettime(clock, &ts) == 0 else { return 0 }
+            return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+        }
+        return (read(CLOCK_THREAD_CPUTIME_ID), read(CLOCK_PROCESS_CPUTIME_ID))
+    }
+
     static func seconds(from start: UInt64, to end: UInt64) -> Double {
         Double(end &- start) / 1e9
     }

@@ -368,6 +368,7 @@ enum TimerSourceBenchmarks {
         var done = 0
 
         let start = Clock.now()
+        let startCPU = Clock.cpuNanoseconds()
         switch runtime {
         case .lull:
             let queue = WorkQueue.global()
@@ -395,6 +396,7 @@ enum TimerSourceBenchmarks {
             }
         }
         let looped = Clock.now()
+        let loopedCPU = Clock.cpuNanoseconds()
         guard done == n else {
             return .failed("TIMEOUT: the loop had created, scheduled and cancelled only \(Format.grouped(done)) of "
                 + "\(Format.grouped(n)) timers after \(Format.seconds(2 * parameters.runTimeout))")
@@ -404,6 +406,7 @@ enum TimerSourceBenchmarks {
                 + "\(Format.seconds(parameters.runTimeout)) after the loop")
         }
         let drained = Clock.now()
+        let drainedCPU = Clock.cpuNanoseconds()
         let loopSeconds = Clock.seconds(from: start, to: looped)
         let seconds = Clock.seconds(from: start, to: drained)
         return .ok(value: Double(n) / seconds, seconds: seconds,
@@ -411,6 +414,9 @@ enum TimerSourceBenchmarks {
                             ("loop ms", loopSeconds * 1000),
                             ("drain after the loop ms", Clock.seconds(from: looped, to: drained) * 1000),
                             ("ns per timer", seconds * 1e9 / Double(n)),
+                            // CPU time is steadier than wall time on a shared machine.
+                            ("loop thread CPU ns per timer", Double(loopedCPU.thread &- startCPU.thread) / Double(n)),
+                            ("process CPU ns per timer", Double(drainedCPU.process &- startCPU.process) / Double(n)),
                             ("threads at the end", Double(ThreadSwitches.snapshot(excluding: getpid()).count + 1))],
                    notes: [])
     }

@@ -541,3 +541,13 @@ const char *lull_next_directory_entry(const void *buffer, long length, long *off
 int lull_unshare_user_namespace(void) {
     return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
 }
+
+// MARK: Diagnostics control socket (accepting: lull_accept_nonblocking, above)
+
+int lull_peer_uid(int fd, uint32_t *uid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return errno;
+    *uid = credentials.uid;
+    return 0;
+}

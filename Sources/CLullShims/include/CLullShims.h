@@ -202,4 +202,9 @@ const char *lull_next_directory_entry(const void *buffer, long length, long *off
 /// namespace, so a child can lower them for itself (tests of the limit errors).
 int lull_unshare_user_namespace(void);
 
+// MARK: Diagnostics control socket
+
+/// The user id of a unix socket's peer (SO_PEERCRED): 0 on success, or errno.
+int lull_peer_uid(int fd, uint32_t *uid);
+
 #endif

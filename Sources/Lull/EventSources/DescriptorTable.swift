@@ -158,6 +158,7 @@ final class DescriptorMux: Sendable {
 
 /// The C callback of a mux's events: the context is the mux, `what` the direction.
 let muxEventCallback: ReactorCallback = { _, what, context in
+    Diagnostics.descriptorEventArrived()
     Unmanaged<DescriptorMux>.fromOpaque(context!).takeUnretainedValue().fired(readable: what & 0x02 != 0)
 }
 

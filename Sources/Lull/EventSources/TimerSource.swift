@@ -28,10 +28,17 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     /// The core's driver, not a field of its own: every idle timer is a word smaller.
     private var driver: TimerDriver { unsafeDowncast(core.driver, to: TimerDriver.self) }
 
-    init(flags: TimerFlags, queue: WorkQueue?) {
-        let driver = TimerDriver(strict: flags.contains(.strict))
+    init(flags: TimerFlags, queue: WorkQueue?, site: TimerSite) {
+        let driver = TimerDriver(strict: flags.contains(.strict), site: site)
         super.init(core: SourceCore(kind: TimerSource.self, target: queue, merge: .add,
                                     handle: 0, mask: flags.rawValue, driver: driver))
+    }
+
+    /// The name of this timer in wake-up diagnostics (`timerfires`, `RuntimeDiagnostics`);
+    /// without one, the timer is named by where it was created ("File.swift:42").
+    public var label: String? {
+        get { driver.label }
+        set { driver.label = newValue }
     }
 
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
@@ -54,10 +61,11 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
 }
 
 extension EventSource {
-    /// A timer source, idle until `schedule(...)` and `activate()` (see ``TimerSource``).
-    /// Without `.strict`, a leeway below the default for its queue's QoS is raised to it.
-    public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil) -> TimerSource {
-        TimerSource(flags: flags, queue: queue)
+    /// A timer source; `file` and `line` name it in wake-up diagnostics unless it gets a
+    /// `label`.
+    public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil,
+                                       file: StaticString = #fileID, line: UInt = #line) -> TimerSource {
+        TimerSource(flags: flags, queue: queue, site: TimerSite(file: file, line: line))
     }
 }
 
@@ -82,14 +90,38 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
         var armedSequence: UInt64?
         var core: SourceCore?
         var registered = false
+        /// A label and a serial number for diagnostics, boxed: most timers have neither.
+        var identity: TimerIdentity?
     }
 
     let strict: Bool
+    /// Where the timer was made: its name in diagnostics unless it has a label.
+    let site: TimerSite
     private let state = Mutex<State>(State())
 
-    init(strict: Bool) {
+    init(strict: Bool, site: TimerSite) {
         self.strict = strict
+        self.site = site
         super.init()
+    }
+
+    var label: String? {
+        get { state.locked { $0.identity?.label } }
+        set { state.locked { state in TimerIdentity.of(&state.identity).label = newValue } }
+    }
+
+    /// How wake-up diagnostics name this timer, and its interval (nil: one-shot).
+    func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
+        state.locked { state in
+            let qos = state.core?.floorQoS.qosClass ?? .unspecified
+            let identity = TimerIdentity.of(&state.identity)
+            if identity.serial == 0 { identity.serial = Diagnostics.nextTimerSerial() }
+            let origin = TimerFireOrigin(identity: identity.label ?? site.description,
+                                         queue: state.core?.target.label ?? "?",
+                                         qos: qos == .unspecified ? .default : qos,
+                                         instance: identity.serial)
+            return (origin, state.schedule?.interval)
+        }
     }
 
     /// A duration in nanoseconds for a timer: nil for nil or a non-positive interval.
@@ -184,5 +216,22 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
             arm(&state)
             state.core?.merge(UInt(truncatingIfNeeded: 1 + missed))
         }
+    }
+}
+
+/// A timer's name in diagnostics, when it has one or diagnostics asked for it.
+///
+/// `@unchecked Sendable`: only read and written under its driver's lock.
+final class TimerIdentity: @unchecked Sendable {
+    var label: String?
+    /// Tells this timer apart in wake-up diagnostics (0: not asked yet).
+    var serial: UInt64 = 0
+
+    /// The box in `slot`, made on first use.
+    static func of(_ slot: inout TimerIdentity?) -> TimerIdentity {
+        if let identity = slot { return identity }
+        let identity = TimerIdentity()
+        slot = identity
+        return identity
     }
 }

@@ -20,7 +20,9 @@ enum JobRunner {
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let savedContext = thread.context
             thread.context = job.context
+            let cpu = Diagnostics.cpuClock()
             thread.withQoS(qos) { block() }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
             thread.context = savedContext
         case .source(let core):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
@@ -29,7 +31,10 @@ enum JobRunner {
             thread.withQoS(qos) { core.runPostedStep() }
             thread.context = savedContext
         case .item(let item):
-            item.run(context: job.context, qos: runQoS(job, floor: floor, drainQoS: drainQoS), thread: thread)
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let cpu = Diagnostics.cpuClock()
+            item.run(context: job.context, qos: qos, thread: thread)
+            Diagnostics.chargeCPU(since: cpu, to: qos)
         case .drain(let queue):
             queue.drain()
         case .syncWaiter(let waiter):

@@ -126,23 +126,33 @@ public final class WorkQueue: Sendable {
         enqueue(makeJob(for: workItem))
     }
 
-    /// Submits `work` at `deadline` (monotonic clock). Delayed blocks run detached, with the
-    /// empty execution context; to carry the current one, submit a `WorkItem` made with
-    /// `.assignCurrentContext`.
+    /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
+    /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
+    /// execution context; to carry the current one, submit a `WorkItem` made with
+    /// `.assignCurrentContext`. `file` and `line` name its timer in wake-up diagnostics.
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline)
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line))
     }
 
-    /// Submits `work` at `wallDeadline` (wall clock: it follows changes of the system date).
+    /// Submits `work` to run once the wall clock reaches `wallDeadline` (it follows changes
+    /// of the system date), within a leeway of 10% of the delay. `file` and `line` name its
+    /// timer in wake-up diagnostics.
     public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline)
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline,
+                             site: TimerSite(file: file, line: line))
     }
 
-    /// Submits `workItem` at `deadline` (monotonic clock).
-    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
-        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
+    /// Submits `workItem` to run once `deadline` (monotonic clock) has passed, within a
+    /// leeway of 10% of the delay. `file` and `line` name its timer in wake-up diagnostics.
+    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line))
     }
 
     /// A job for a block submitted now by the calling thread (its context and QoS travel).

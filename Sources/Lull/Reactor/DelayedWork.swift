@@ -8,19 +8,19 @@ enum DelayedWork {
         min(max(delay / 10, 1_000_000), 60_000_000_000)
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, site: TimerSite) {
         if deadline == .distantFuture { return }  // never due: Dispatch drops it too
         let now = SystemClock.monotonicNanoseconds()
         guard deadline.uptimeNanoseconds > now else {
             queue.enqueue(job)
             return
         }
-        let entry = DelayedEntry(queue: queue, job: job)
+        let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
         TimerEngine.shared.schedule(entry, deadline: deadline.uptimeNanoseconds,
                                     leeway: leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite) {
         if wallDeadline == .distantFuture { return }
         let wall = wallDeadline.nanosecondsSinceEpoch
         let deadline = monotonicDeadline(forWall: wall)
@@ -29,7 +29,7 @@ enum DelayedWork {
             queue.enqueue(job)
             return
         }
-        let entry = DelayedEntry(queue: queue, job: job)
+        let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
         TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway(forDelay: deadline - now), wallDeadline: wall)
     }
 

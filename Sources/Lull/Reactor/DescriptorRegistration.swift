@@ -95,6 +95,7 @@ extension Reactor {
             throw ReactorError(descriptor: descriptor, errno: ENOMEM)
         }
         errno = 0
+        Diagnostics.reactorWillChange()
         if event_add(event, nil) != 0 {
             let failure = errno == 0 ? EINVAL : errno
             event_free(event)
@@ -106,6 +107,7 @@ extension Reactor {
     /// Removes and frees an event from `addEvent`; waits for its callback if one runs on
     /// another thread.
     func removeEvent(_ event: OpaquePointer) {
+        Diagnostics.reactorWillChange()
         event_del(event)
         event_free(event)
     }
@@ -113,5 +115,6 @@ extension Reactor {
 
 /// The C callback for descriptor events: forwards to the registration's handler.
 let descriptorEventCallback: event_callback_fn = { _, what, context in
+    Diagnostics.descriptorEventArrived()
     Unmanaged<DescriptorRegistration>.fromOpaque(context!).takeUnretainedValue().fired(what)
 }

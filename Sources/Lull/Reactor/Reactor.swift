@@ -51,6 +51,7 @@ final class Reactor: Sendable {
             fatalError("Lull: event_new() for the reactor's timer failed: out of memory")
         }
         timerEvent = timer
+        ControlSocket.listen(on: base)
     }
 
     /// A new libevent event on this base for a descriptor.
@@ -67,7 +68,9 @@ final class Reactor: Sendable {
     /// Runs one iteration of the event loop on the calling (leader) thread: waits for at
     /// least one event and runs the callbacks of those that are ready.
     func pollOnce() {
+        let watched = Diagnostics.pollWillStart()
         let result = event_base_loop(base, EVLOOP_ONCE)
+        Diagnostics.pollDidEnd(watched, result: result)
         // 1 means nothing was registered when the loop started: the last event left while
         // this thread was on its way to poll. The caller looks at the interest again.
         if result < 0 {
@@ -87,6 +90,7 @@ final class Reactor: Sendable {
                 var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
                 let wasArmed = armed != nil
                 armed = deadline
+                Diagnostics.reactorWillChange()
                 if event_add(timerEvent, &timeout) != 0 {
                     RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
                 }
@@ -109,6 +113,7 @@ final class Reactor: Sendable {
     }
 
     private func timerCallback() {
+        Diagnostics.reactorTimerExpired()
         let disarmed = armedTimer.locked { armed -> Bool in
             // Another thread may have re-armed the timer between its expiry and this
             // callback: then it is still pending and still counts.
@@ -125,11 +130,13 @@ final class Reactor: Sendable {
     /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
     /// may be away running work, and only libevent's own wake-up would reach a poller.
     func addInterest() {
-        interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        let (old, _) = interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
         WorkerPool.shared.ensurePoller()
     }
 
     func removeInterest() {
-        interest.subtract(1, ordering: .acquiringAndReleasing)
+        let (_, new) = interest.subtract(1, ordering: .acquiringAndReleasing)
+        if new == 0 { ControlSocket.pollingMayHaveChanged(self) }
     }
 }

@@ -108,7 +108,10 @@ final class TimerEngine: Sendable {
             }
             rearm(&state)
         }
-        for (entry, sequence) in due { entry.fired(sequence: sequence, now: now) }
+        for (entry, sequence) in due {
+            Diagnostics.timerWillFire(entry, now: now)
+            entry.fired(sequence: sequence, now: now)
+        }
     }
 
     /// Called by the poller after every wake-up: timers whose window is open fire now,

@@ -39,10 +39,13 @@ class TimerEntry: @unchecked Sendable {
 final class DelayedEntry: TimerEntry, @unchecked Sendable {
     let queue: WorkQueue
     let job: Job
+    /// Where the block was submitted, recorded only while diagnostics are on.
+    let origin: DelayedWorkOrigin?
 
-    init(queue: WorkQueue, job: Job) {
+    init(queue: WorkQueue, job: Job, origin: DelayedWorkOrigin?) {
         self.queue = queue
         self.job = job
+        self.origin = origin
         super.init()
     }
 

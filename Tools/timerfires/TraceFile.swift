@@ -1,0 +1,30 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The file the program records into: created empty (mode 0600) by the tool, sized and
+/// filled by the program's runtime, removed after the report unless the user keeps it.
+struct TraceFile {
+    let path: String
+    let kept: Bool
+
+    init(keepingAt path: String?) throws {
+        if let path {
+            self.path = path
+            kept = true
+        } else {
+            let directory = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
+            self.path = "\(directory)/timerfires.\(getpid()).\(monotonicNow() % 1_000_000_000).trace"
+            kept = false
+        }
+        let descriptor = open(self.path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw ToolError("cannot create the trace file \(self.path): \(String(cString: strerror(errno)))")
+        }
+        close(descriptor)
+    }
+
+    func discard() {
+        if !kept { unlink(path) }
+    }
+}
