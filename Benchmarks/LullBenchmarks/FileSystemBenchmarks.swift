@@ -320,10 +320,9 @@ enum FileSystemBenchmarks {
 
     /// The files created are "f<index>"; which ones were reported.
     ///
-    /// `@unchecked Sendable`: `seen` and `overflows` are touched by one thread at a time —
-    /// the watcher's handler (serial) or the raw reader's thread — and read by the main
-    /// thread after `complete` or after `progress` stopped moving for `quietSeconds`
-    /// (the reading is then only for the report of a failure).
+    /// `@unchecked Sendable`: `seen` is touched only by the thread that reports paths — the
+    /// watcher's handler (one call at a time) or the raw reader's thread; the main thread
+    /// reads only the atomics.
     final class Tally: @unchecked Sendable {
         private var seen: [Bool]
         let distinct = Atomic<Int>(0)

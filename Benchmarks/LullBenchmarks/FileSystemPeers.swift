@@ -11,10 +11,7 @@ import Synchronization
 
 /// A thread blocked in poll(2) on an inotify descriptor that reads each batch of events as
 /// it comes and hands every event to `onEvent`, with nothing in between.
-///
-/// `@unchecked Sendable`: `descriptor` and `wakeUp` are set in `init` and never change;
-/// the reading thread only reads them, and `stop()` closes them after that thread ended.
-final class RawInotifyReader: @unchecked Sendable {
+final class RawInotifyReader: Sendable {
     /// One inotify event: its mask and its name (empty for an event about the watch itself).
     typealias EventHandler = @Sendable (_ mask: UInt32, _ name: UnsafeRawBufferPointer) -> Void
 

@@ -577,9 +577,17 @@ final class TreeWatcherCore: InotifyObserver {
                 }
             }
             guard anchored else { return }
-            // The root may have appeared before the anchor's watch existed: look again.
-            if lull_object_status_at(AT_FDCWD, root, &status) != 0 || status.is_directory == 0 { return }
+            // The next directory on the way to the root (or the root) may have appeared
+            // before the anchor's watch existed, unseen by it: then look again from there.
+            if lull_object_status_at(AT_FDCWD, nextStep(below: ancestor), &status) != 0 || status.is_directory == 0 { return }
         }
+    }
+
+    /// The path one component below `ancestor` on the way to the root.
+    private func nextStep(below ancestor: String) -> String {
+        let remainder = root.dropFirst(ancestor == "/" ? 1 : ancestor.count + 1)
+        let component = remainder.prefix { $0 != "/" }
+        return ancestor == "/" ? "/\(component)" : "\(ancestor)/\(component)"
     }
 
     /// Watches the root's parent for the root's removal or move (see `State.sentinel`).
