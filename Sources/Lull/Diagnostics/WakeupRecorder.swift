@@ -1,4 +1,3 @@
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +16,8 @@ final class WakeupRecorder: Sendable {
         var sawDescriptor = false
     }
 
-    private let state = Mutex<State>(State())
+    /// A spinning lock: workers charge CPU time after every block, often at once.
+    private let state = SpinFutexLock<State>(State())
 
     var isRecording: Bool { state.locked { $0.buffer != nil } }
 
@@ -46,7 +46,14 @@ final class WakeupRecorder: Sendable {
 
     /// Runs `body` on the current trace under the lock (nil if none).
     func withBuffer<T>(_ body: (TraceBuffer?) throws(TraceError) -> T) throws(TraceError) -> T {
-        try state.locked { state throws(TraceError) in try body(state.buffer) }
+        let result = state.locked { state -> Result<T, TraceError> in
+            do throws(TraceError) {
+                return .success(try body(state.buffer))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
     }
 
     func pollWillStart() {
