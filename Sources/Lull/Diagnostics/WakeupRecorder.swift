@@ -118,7 +118,7 @@ struct TimerFireOrigin {
 struct TimerSite: @unchecked Sendable {
     /// The NUL-terminated text of a `#fileID` literal, which lives as long as the program:
     /// one word where a `StaticString` takes three (every timer source keeps its site).
-    private let file: UnsafePointer<UInt8>
+    let file: UnsafePointer<UInt8>
     let line: UInt32
 
     init(file: StaticString, line: UInt) {
@@ -126,6 +126,11 @@ struct TimerSite: @unchecked Sendable {
         precondition(file.hasPointerRepresentation, "TimerSite needs a string literal")
         self.file = file.utf8Start
         self.line = UInt32(truncatingIfNeeded: line)
+    }
+
+    init(file: UnsafePointer<UInt8>, line: UInt32) {
+        self.file = file
+        self.line = line
     }
 
     var description: String { "\(String(cString: file)):\(line)" }

@@ -72,7 +72,7 @@ extension EventSource {
 /// Turns a timer source's schedule into fires, one at a time. The driver is itself the
 /// timer's entry in the engine, rescheduled in place from fire to fire: a timer is one
 /// object beside its source, and a fire allocates nothing.
-final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sendable: see TimerEntry; `state` is behind its mutex
+final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sendable: see TimerEntry; `state` is behind its mutex; `siteFile` is a literal (see TimerSite)
     struct Schedule {
         /// The first deadline: monotonic ns, or wall ns since the epoch for a wall timer.
         var start: UInt64
@@ -82,28 +82,35 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
         var isWall: Bool
     }
 
+    // Fields in declaration order, each small one in the padding after a larger one: every
+    // idle timer is a size class smaller.
     private struct State {
         var schedule: Schedule?
+        var registered = false
         /// The fire index the engine holds (deadline = start + index × interval).
         var nextIndex: UInt64 = 0
-        /// The sequence of the scheduling in the engine that counts; nil: none.
-        var armedSequence: UInt64?
+        /// The sequence of the scheduling in the engine that counts; 0: none (the engine's
+        /// sequences start at 1). Not an optional: that would take another word.
+        var armedSequence: UInt64 = 0
         var core: SourceCore?
-        var registered = false
         /// A label and a serial number for diagnostics, boxed: most timers have neither.
         var identity: TimerIdentity?
     }
 
     let strict: Bool
-    /// Where the timer was made: its name in diagnostics unless it has a label.
-    let site: TimerSite
+    private let siteLine: UInt32
+    private let siteFile: UnsafePointer<UInt8>
     private let state = Mutex<State>(State())
 
     init(strict: Bool, site: TimerSite) {
         self.strict = strict
-        self.site = site
+        siteLine = site.line
+        siteFile = site.file
         super.init()
     }
+
+    /// Where the timer was made: its name in diagnostics unless it has a label.
+    var site: TimerSite { TimerSite(file: siteFile, line: siteLine) }
 
     var label: String? {
         get { state.locked { $0.identity?.label } }
@@ -154,7 +161,7 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
 
     func unregister(_ core: SourceCore) {
         state.locked { state in
-            state.armedSequence = nil
+            state.armedSequence = 0
             state.core = nil
             state.registered = false
         }
@@ -167,7 +174,7 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
     /// and re-armed.
     private func arm(_ state: inout State) {
         guard let (deadline, leeway, wall) = nextWindow(state) else {
-            state.armedSequence = nil
+            state.armedSequence = 0
             TimerEngine.shared.cancel(self)
             return
         }
@@ -200,7 +207,7 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
         // before this fire, which then finds its sequence replaced, or after the merge.
         state.locked { state in
             guard state.armedSequence == sequence, let schedule = state.schedule else { return }
-            state.armedSequence = nil
+            state.armedSequence = 0
             guard let interval = schedule.interval else {
                 state.schedule = nil  // one-shot: idle until rescheduled
                 state.core?.merge(1)

@@ -21,7 +21,8 @@ final class TimerEngine: Sendable {
     private struct State {
         var byDeadline = TimerHeap(order: .deadline)
         var byLatest = TimerHeap(order: .latest)
-        var nextSequence: UInt64 = 0
+        /// Starts at 1: a timer driver uses 0 for "no scheduling".
+        var nextSequence: UInt64 = 1
         var wallEntries: [ObjectIdentifier: TimerEntry] = [:]
         var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
         /// The window end the reactor's timer is armed for, if armed.
