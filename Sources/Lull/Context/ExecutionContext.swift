@@ -2,14 +2,22 @@ import Synchronization
 
 /// The context that work carries from whoever submitted it: the activity (a request being
 /// served, say) it belongs to. It follows `async`, `sync` and notifications across queues
-/// and threads; source handlers and delayed blocks are detached from it by default.
+/// and threads, and Swift tasks started inside a block; source handlers and delayed blocks
+/// are detached from it by default.
 public struct ExecutionContext: Sendable, Equatable {
     let activity: Activity?
 
-    /// The context of the calling thread's current block (or activity).
+    /// The context of the calling thread's current block (or activity); in Swift
+    /// concurrency code outside any block, the context of the task (inherited by a `Task`
+    /// created inside a block or an activity).
     public static var current: ExecutionContext {
-        ThreadState.current.context
+        ThreadState.current.currentContext
     }
+
+    /// The context bound for Swift concurrency: a `Task` copies it when it is created.
+    /// Lull binds it wherever it installs a context with an activity on a thread (and binds
+    /// `empty` over a non-empty one), so that it never disagrees with the thread's context.
+    @TaskLocal static var taskContext: ExecutionContext?
 
     /// No activity.
     public static let empty = ExecutionContext(activity: nil)
@@ -22,13 +30,11 @@ public struct ExecutionContext: Sendable, Equatable {
     public var activityName: String? { activity?.name }
 
     /// Runs `body` inside a new activity whose parent is the current one; the outer
-    /// context is current again when `body` returns or throws.
+    /// context is current again when `body` returns or throws. Work submitted and tasks
+    /// created inside `body` carry the new activity.
     public static func withActivity<T>(_ name: String, _ body: () throws -> T) rethrows -> T {
-        let thread = ThreadState.current
-        let outer = thread.context
-        thread.context = ExecutionContext(activity: Activity(name: name, parentID: outer.activityID))
-        defer { thread.context = outer }
-        return try body()
+        let activity = Activity(name: name, parentID: current.activityID)
+        return try ThreadState.current.withContext(ExecutionContext(activity: activity), body)
     }
 
     public static func == (lhs: ExecutionContext, rhs: ExecutionContext) -> Bool {

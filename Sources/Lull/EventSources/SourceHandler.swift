@@ -15,10 +15,18 @@ struct SourceHandler: Sendable {
     private let relativePriority: Int8
 
     init(qos: QoS, flags: WorkItemFlags, block: @escaping @Sendable () -> Void) {
-        let propagated = QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil)
+        var requested = qos
+        if flags.contains(.assignCurrentContext) {
+            // As a work item created with the flag: the setter's context, and its QoS
+            // unless the block has one.
+            activity = ExecutionContext.current.activity
+            if qos.isUnspecified { requested = QoSResolution.inferred(from: ThreadState.current.ownQoS) }
+        } else {
+            activity = nil
+        }
+        let propagated = QoSResolution.propagated(itemQoS: requested, flags: flags, submitter: nil)
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
-        activity = flags.contains(.assignCurrentContext) ? ExecutionContext.current.activity : nil
         body = block
     }
 
@@ -30,7 +38,7 @@ struct SourceHandler: Sendable {
         activity = context.activity
         body = {
             let thread = ThreadState.current
-            item.run(context: context, qos: thread.effectiveQoS, thread: thread)
+            item.run(context: context, qos: thread.ownQoS, thread: thread)
         }
     }
 
@@ -41,9 +49,6 @@ struct SourceHandler: Sendable {
 
     /// Runs the handler on the calling thread, which already runs at the handler's QoS.
     func run(thread: ThreadState) {
-        let saved = thread.context
-        thread.context = ExecutionContext(activity: activity)
-        body()
-        thread.context = saved
+        thread.withJobContext(ExecutionContext(activity: activity), body)
     }
 }

@@ -20,6 +20,9 @@ public struct QoS: Hashable, Sendable {
             lhs.rank < rhs.rank
         }
 
+        /// The classes by `rank`.
+        static let byRank: [QoSClass] = [.unspecified, .background, .utility, .default, .userInitiated, .userInteractive]
+
         /// The classes that have worker threads, lowest first (`unspecified` has none).
         static let schedulable: [QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
 
@@ -69,7 +72,7 @@ public struct QoS: Hashable, Sendable {
     /// the class of the work they run; the process's main thread is user-interactive and
     /// any other thread Lull did not create is `default`.
     public static var current: QoS {
-        ThreadState.current.effectiveQoS
+        ThreadState.current.currentQoS
     }
 
     var isUnspecified: Bool { qosClass == .unspecified }

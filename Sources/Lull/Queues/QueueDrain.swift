@@ -19,25 +19,44 @@ extension WorkQueue {
 
     /// Takes every pending block at once and runs them in order. Stops early when the queue
     /// is suspended or a `sync` caller takes the queue over, putting the rest back.
+    ///
+    /// Each block runs at least at the highest class among the blocks behind it in the batch
+    /// (`ClassMarks`), and the thread is raised (by whoever queues them) for more important
+    /// blocks that arrive meanwhile: asynchronous inversion avoidance, which ends once the
+    /// block that caused it has run.
     private func drainSerial() {
         var batch = Fifo<Job>()
-        let taken = state.locked { state -> (floor: QoS, nested: Bool)? in
+        let thread = ThreadState.current
+        let taken = state.locked { state -> (floor: QoS, nested: Bool, marks: ClassMarks)? in
             state.drainerFinished()
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
+            state.setOwner(thread.priority)
             swap(&batch, &state.pending)
             swap(&state.pending, &state.spare)
             state.pendingMaxClass = .unspecified
-            return (state.floor, !(state.target?.isGlobal ?? true))
+            return (state.floor, !(state.target?.isGlobal ?? true), state.takePendingMarks())
         }
-        guard let (floor, nested) = taken else { return }
-        let thread = ThreadState.current
-        let drainQoS = thread.effectiveQoS
+        guard let (floor, nested, firstMarks) = taken else { return }
+        // Inside a parent queue's drain, blocks never run below the level the parent runs
+        // this drain at.
+        let base: QoS.QoSClass = nested ? thread.ownQoS.qosClass : .unspecified
+        var marks = firstMarks
+        var index = 0
+        var levelUntil = -1
+        var level: QoS? = nil
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
         var handedOff: SyncWaiter?
         var ran = 0
         while true {
             while let job = batch.popFirst() {
+                if index > levelUntil {
+                    let next = marks.level(at: index)
+                    levelUntil = next?.until ?? Int.max
+                    let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
+                    level = levelClass == .unspecified ? nil : QoS(levelClass)
+                }
+                index += 1
                 if case .syncWaiter(let waiter) = job.work {
                     if nested {
                         // The targets this drain holds must stay held while the caller runs.
@@ -48,7 +67,7 @@ extension WorkQueue {
                         break
                     }
                 } else {
-                    JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
+                    JobRunner.run(job, floor: floor, drainQoS: level, thread: thread)
                 }
                 ran += 1
                 if pausedCount.load(ordering: .acquiring) > 0 { break }
@@ -56,22 +75,33 @@ extension WorkQueue {
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
             guard handedOff == nil, batch.isEmpty, ran < WorkQueue.serialQuantum else { break }
-            let more = state.locked { state -> Bool in
-                guard !state.isPaused, !state.pending.isEmpty else { return false }
+            let more = state.locked { state -> ClassMarks? in
+                guard !state.isPaused, !state.pending.isEmpty else { return nil }
                 swap(&batch, &state.pending)
                 state.pendingMaxClass = .unspecified
-                return true
+                // The blocks that raised this thread are in the batch now: its levels take over.
+                state.setOwner(thread.priority)
+                return state.takePendingMarks()
             }
-            if !more { break }
+            guard let nextMarks = more else { break }
+            marks = nextMarks
+            index = 0
+            levelUntil = -1
         }
         thread.heldQueues.removeLast()
+        let restMarks = marks.dropping(index)
         let request = state.locked { state -> (WorkQueue, Job)? in
-            state.putBack(&batch)
+            state.putBack(&batch, restMarks: restMarks)
             if batch.isEmpty && batch.capacity >= QueueState.spareMinimumCapacity {
                 swap(&state.spare, &batch)
             }
             // Handing off keeps the queue owned: the `sync` caller releases it.
-            if handedOff == nil { state.isOwned = false }
+            if let handedOff {
+                state.setOwner(handedOff.callerPriority)
+            } else {
+                state.isOwned = false
+                state.setOwner(nil)
+            }
             return state.drainRequestIfNeeded(for: self)
         }
         handedOff?.grant(drainerWaits: false)
@@ -86,7 +116,7 @@ extension WorkQueue {
     /// work when all its threads are taken.
     private func drainConcurrent() {
         let thread = ThreadState.current
-        let drainQoS = thread.effectiveQoS
+        let drainQoS = thread.ownQoS
         var ran = 0
         var started = false
         var batch = Fifo<Job>()

@@ -14,8 +14,8 @@ extension WorkQueue {
         let barrier = flags.contains(.barrier) && kind == .concurrent
         checkNoDeadlock(thread: thread, barrier: barrier)
         // Runs at the higher of the caller's QoS and the item's, never lower than the caller.
-        let qos = itemQoS.isUnspecified ? thread.effectiveQoS : QoS.maximum(itemQoS, thread.effectiveQoS)
-        let context = flags.contains(.detached) ? ExecutionContext.empty : thread.context
+        let qos = itemQoS.isUnspecified ? thread.ownQoS : QoS.maximum(itemQoS, thread.ownQoS)
+        let context = flags.contains(.detached) ? ExecutionContext.empty : thread.currentContext
         switch kind {
         case .root:
             return try runBody(work, thread: thread, context: context, qos: qos)
@@ -25,7 +25,7 @@ extension WorkQueue {
             break
         }
         let exclusive = kind == .serial || barrier
-        switch tryAcquireDirect(exclusive: exclusive) {
+        switch tryAcquireDirect(exclusive: exclusive, owner: thread.priority) {
         case .acquired:
             // The common case, a free queue right on a global queue: no hand-off, no list.
             thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
@@ -37,7 +37,7 @@ extension WorkQueue {
         case .mainThread:
             return try syncOnMainThread(qos: qos, context: context, work)
         case .nested:
-            if let chain = tryAcquireChain(barrier: barrier) {
+            if let chain = tryAcquireChain(barrier: barrier, owner: thread.priority) {
                 for (queue, exclusive) in chain {
                     thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
                 }
@@ -50,9 +50,12 @@ extension WorkQueue {
         case .busy:
             break
         }
-        let waiter = SyncWaiter(isBarrier: barrier || kind == .serial)
-        enqueue(Job(work: .syncWaiter(waiter), qos: QoSResolution.propagated(itemQoS: qos, flags: [], submitter: nil),
-                    flags: barrier ? .barrier : [], context: .empty, group: nil))
+        // The waiter is queued at the caller's QoS (overrides included) over the queue's, so
+        // that whatever runs ahead of it runs at least at that QoS (synchronous inversion).
+        let waiter = SyncWaiter(isBarrier: barrier || kind == .serial, callerPriority: thread.priority)
+        let waitQoS = QoS.maximum(qos, thread.currentQoS)
+        enqueue(Job(work: .syncWaiter(waiter), qos: waitQoS,
+                    flags: barrier ? [.barrier, .enforceQoS] : .enforceQoS, context: .empty, group: nil))
         waiter.awaitGrant()
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
         defer {
@@ -68,14 +71,7 @@ extension WorkQueue {
 
     private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
                             qos: QoS) rethrows -> T {
-        // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
-        if context.activity === thread.context.activity && qos == thread.effectiveQoS {
-            return try work()
-        }
-        let saved = thread.context
-        thread.context = context
-        defer { thread.context = saved }
-        return try thread.withQoS(qos) { try work() }
+        try thread.withContext(context) { try thread.withQoS(qos, work) }
     }
 
     private enum DirectAcquisition {
@@ -84,7 +80,7 @@ extension WorkQueue {
 
     /// One lock: takes the queue when it is free and sits right on a global queue; otherwise
     /// says what kind of path `sync` needs.
-    private func tryAcquireDirect(exclusive: Bool) -> DirectAcquisition {
+    private func tryAcquireDirect(exclusive: Bool, owner: ThreadPriorityControl) -> DirectAcquisition {
         state.locked { state in
             guard let target = state.target else { return .busy }
             switch target.kind {
@@ -92,7 +88,7 @@ extension WorkQueue {
             case .serial, .concurrent: return .nested
             case .root: break
             }
-            return state.acquireForSync(kind: kind, exclusive: exclusive) ? .acquired : .busy
+            return state.acquireForSync(kind: kind, exclusive: exclusive, owner: owner) ? .acquired : .busy
         }
     }
 
@@ -112,14 +108,14 @@ extension WorkQueue {
     }
 
     /// Takes this queue and every non-global queue it funnels through, if all are free now.
-    private func tryAcquireChain(barrier: Bool) -> [(WorkQueue, Bool)]? {
+    private func tryAcquireChain(barrier: Bool, owner: ThreadPriorityControl) -> [(WorkQueue, Bool)]? {
         var acquired: [(WorkQueue, Bool)] = []
         var queue: WorkQueue? = self
         var exclusiveHere = barrier
         while let current = queue, !current.isGlobal {
             if current.kind == .mainThread { break }
             let exclusive = current.kind == .serial || exclusiveHere
-            guard current.tryAcquireForSync(exclusive: exclusive) else {
+            guard current.tryAcquireForSync(exclusive: exclusive, owner: owner) else {
                 for (held, heldExclusive) in acquired.reversed() { held.releaseSync(exclusive: heldExclusive) }
                 return nil
             }
@@ -130,8 +126,8 @@ extension WorkQueue {
         return acquired
     }
 
-    private func tryAcquireForSync(exclusive: Bool) -> Bool {
-        state.locked { $0.acquireForSync(kind: kind, exclusive: exclusive) }
+    private func tryAcquireForSync(exclusive: Bool, owner: ThreadPriorityControl) -> Bool {
+        state.locked { $0.acquireForSync(kind: kind, exclusive: exclusive, owner: owner) }
     }
 
     /// Gives back what a `sync` caller held, and lets waiting blocks run.
@@ -140,6 +136,7 @@ extension WorkQueue {
             switch kind {
             case .serial:
                 state.isOwned = false
+                state.setOwner(nil)
             case .concurrent:
                 state.inFlight -= 1
                 if exclusive { state.barrierActive = false }
