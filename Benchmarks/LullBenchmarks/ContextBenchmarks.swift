@@ -33,21 +33,26 @@ enum ContextBenchmarks {
         ]
     )
 
-    /// One run: N blocks without an activity, then N with one (the order alternates from run
-    /// to run, so that warming up favours neither).
+    /// One run: N blocks without an activity and N with one, in ten alternating rounds of
+    /// N/10 each, so that a change of load on the machine hits both halves alike.
     @Sendable
     static func runContextAsync(_ runtime: Runtime, _ parameters: Parameters) -> RunOutcome {
         let withFirst = runIndex.add(1, ordering: .relaxed).oldValue % 2 == 1
-        var rates: [Bool: Double] = [:]
-        for withActivity in withFirst ? [true, false] : [false, true] {
-            switch oneHalf(runtime, n: parameters.n, withActivity: withActivity, timeout: parameters.runTimeout) {
-            case .success(let rate): rates[withActivity] = rate
-            case .failure(let problem): return .failed(problem.message)
+        let rounds = 10
+        let perRound = max(1, parameters.n / rounds)
+        var seconds: [Bool: Double] = [true: 0, false: 0]
+        for _ in 0..<rounds {
+            for withActivity in withFirst ? [true, false] : [false, true] {
+                switch oneHalf(runtime, n: perRound, withActivity: withActivity, timeout: parameters.runTimeout) {
+                case .success(let elapsed): seconds[withActivity]! += elapsed
+                case .failure(let problem): return .failed(problem.message)
+                }
             }
         }
-        let with = rates[true]!
-        let without = rates[false]!
-        return .ok(value: with, seconds: Double(parameters.n) / with,
+        let blocks = Double(perRound * rounds)
+        let with = blocks / seconds[true]!
+        let without = blocks / seconds[false]!
+        return .ok(value: with, seconds: seconds[true]!,
                    extras: [("without activity", without), ("overhead", without / with)], notes: [])
     }
 
@@ -57,7 +62,7 @@ enum ContextBenchmarks {
         let message: String
     }
 
-    /// N increments of a queue-owned counter, then a final block that reads it; the rate
+    /// N increments of a queue-owned counter, then a final block that reads it; the time
     /// from the first submit to that final block.
     private static func oneHalf(_ runtime: Runtime, n: Int, withActivity: Bool, timeout: Double) -> Result<Double, Problem> {
         let counter = QueueOwnedCounter()
@@ -95,6 +100,6 @@ enum ContextBenchmarks {
             return .failure(Problem(message: "WRONG COUNT: the final block saw \(Format.grouped(seen)) of "
                 + "\(Format.grouped(n)) increments"))
         }
-        return .success(Double(n) / Clock.seconds(from: start, to: completion.finishedAt.load(ordering: .acquiring)))
+        return .success(Clock.seconds(from: start, to: completion.finishedAt.load(ordering: .acquiring)))
     }
 }

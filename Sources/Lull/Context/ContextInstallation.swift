@@ -31,12 +31,13 @@ extension ThreadState {
     }
 
     /// `withContext` for a job that a worker (or the main queue's thread) runs from its
-    /// loop. No Swift task runs on such a thread, so when neither the job nor the thread has
-    /// an activity, no task-local can be bound either and nothing needs to change: the
-    /// common case costs one comparison.
+    /// loop. No Swift task runs on such a thread, and whoever installed the thread's
+    /// context bound the task-local with it: when the job's activity is the thread's (none,
+    /// or one a serial drain installed for a run of blocks), nothing needs to change, and
+    /// the common case costs one comparison.
     @inline(__always)
     func withJobContext(_ context: ExecutionContext, _ body: () -> Void) {
-        if context.activity == nil && self.context.activity == nil {
+        if context.activity === self.context.activity {
             body()
         } else {
             withContext(context, body)

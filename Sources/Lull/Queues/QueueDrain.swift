@@ -40,41 +40,24 @@ extension WorkQueue {
         guard let (floor, nested, firstMarks) = taken else { return }
         // Inside a parent queue's drain, blocks never run below the level the parent runs
         // this drain at.
-        let base: QoS.QoSClass = nested ? thread.ownQoS.qosClass : .unspecified
-        var marks = firstMarks
-        var index = 0
-        var levelUntil = -1
-        var level: QoS? = nil
+        var cursor = SerialDrainCursor(floor: floor, nested: nested,
+                                       base: nested ? thread.ownQoS.qosClass : .unspecified, marks: firstMarks)
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
-        var handedOff: SyncWaiter?
-        var ran = 0
         while true {
-            while let job = batch.popFirst() {
-                if index > levelUntil {
-                    let next = marks.level(at: index)
-                    levelUntil = next?.until ?? Int.max
-                    let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
-                    level = levelClass == .unspecified ? nil : QoS(levelClass)
-                }
-                index += 1
-                if case .syncWaiter(let waiter) = job.work {
-                    if nested {
-                        // The targets this drain holds must stay held while the caller runs.
-                        waiter.grant(drainerWaits: true)
-                        WorkerPool.shared.blocking { waiter.awaitFinish() }
-                    } else {
-                        handedOff = waiter
-                        break
-                    }
+            var next = batch.popFirst()
+            while let job = next, !cursor.stopped {
+                // Blocks of one activity run in one installation of its context (one
+                // task-local binding for the run, not one per block).
+                if job.context.activity != nil && job.context.activity !== thread.context.activity {
+                    next = thread.withContext(job.context) { runSameContext(from: job, &cursor, &batch, thread) }
                 } else {
-                    JobRunner.run(job, floor: floor, drainQoS: level, thread: thread)
+                    next = runSameContext(from: job, &cursor, &batch, thread)
                 }
-                ran += 1
-                if pausedCount.load(ordering: .acquiring) > 0 { break }
             }
+            if let unrun = next { batch.prepend(unrun) }
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
-            guard handedOff == nil, batch.isEmpty, ran < WorkQueue.serialQuantum else { break }
+            guard !cursor.stopped, batch.isEmpty, cursor.ran < WorkQueue.serialQuantum else { break }
             let more = state.locked { state -> ClassMarks? in
                 guard !state.isPaused, !state.pending.isEmpty else { return nil }
                 swap(&batch, &state.pending)
@@ -84,10 +67,11 @@ extension WorkQueue {
                 return state.takePendingMarks()
             }
             guard let nextMarks = more else { break }
-            marks = nextMarks
-            index = 0
-            levelUntil = -1
+            cursor.startBatch(nextMarks)
         }
+        let handedOff = cursor.handedOff
+        let marks = cursor.marks
+        let index = cursor.index
         thread.heldQueues.removeLast()
         let restMarks = marks.dropping(index)
         let request = state.locked { state -> (WorkQueue, Job)? in
@@ -106,6 +90,22 @@ extension WorkQueue {
         }
         handedOff?.grant(drainerWaits: false)
         if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns
+    /// the first job taken that carries another one (nil when the batch ran out or the
+    /// drain stops).
+    private func runSameContext(from first: Job, _ cursor: inout SerialDrainCursor, _ batch: inout Fifo<Job>,
+                                _ thread: ThreadState) -> Job? {
+        let activity = first.context.activity
+        var job = first
+        while true {
+            cursor.run(job, queue: self, thread: thread)
+            if cursor.stopped { return nil }
+            guard let next = batch.popFirst() else { return nil }
+            if next.context.activity !== activity { return next }
+            job = next
+        }
     }
 
     /// Runs blocks while other drains of the same queue may run too; barriers run alone.
@@ -218,4 +218,62 @@ extension WorkQueue {
 struct HeldQueue {
     let id: ObjectIdentifier
     let exclusive: Bool
+}
+
+/// Where a serial drain is in its batch: the level the next block runs at (see
+/// `ClassMarks`), how many blocks ran, and why it stopped.
+struct SerialDrainCursor {
+    let floor: QoS
+    let nested: Bool
+    /// The least class blocks run at (a nested drain's parent level).
+    let base: QoS.QoSClass
+    private(set) var marks: ClassMarks
+    /// Position in the batch of the next block.
+    private(set) var index = 0
+    private var levelUntil = -1
+    private var level: QoS?
+    private(set) var ran = 0
+    /// A `sync` caller the queue is handed to.
+    private(set) var handedOff: SyncWaiter?
+    /// Handed off, or the queue was suspended.
+    private(set) var stopped = false
+
+    init(floor: QoS, nested: Bool, base: QoS.QoSClass, marks: ClassMarks) {
+        self.floor = floor
+        self.nested = nested
+        self.base = base
+        self.marks = marks
+    }
+
+    mutating func startBatch(_ marks: ClassMarks) {
+        self.marks = marks
+        index = 0
+        levelUntil = -1
+    }
+
+    /// Runs one job of the batch (or hands the queue to a `sync` caller).
+    mutating func run(_ job: Job, queue: WorkQueue, thread: ThreadState) {
+        if index > levelUntil {
+            let next = marks.level(at: index)
+            levelUntil = next?.until ?? Int.max
+            let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
+            level = levelClass == .unspecified ? nil : QoS(levelClass)
+        }
+        index += 1
+        if case .syncWaiter(let waiter) = job.work {
+            if nested {
+                // The targets this drain holds must stay held while the caller runs.
+                waiter.grant(drainerWaits: true)
+                WorkerPool.shared.blocking { waiter.awaitFinish() }
+            } else {
+                handedOff = waiter
+                stopped = true
+                return
+            }
+        } else {
+            JobRunner.run(job, floor: floor, drainQoS: level, thread: thread)
+        }
+        ran += 1
+        if queue.pausedCount.load(ordering: .acquiring) > 0 { stopped = true }
+    }
 }
