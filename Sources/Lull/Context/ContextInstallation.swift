@@ -1,15 +1,17 @@
+import CLullShims
+
 /// Installing a block's execution context on the thread that runs it.
 ///
-/// A context lives in two places: the thread's `ThreadState` (what Lull reads, cheaply)
-/// and the task-local `ExecutionContext.taskContext` (what a `Task` created inside the block
-/// copies, and what `ExecutionContext.current` falls back on in Swift concurrency code).
-/// Binding the task-local costs an allocation, so it is done only when it changes what a
-/// reader would see: for a context with an activity, unless already bound, and for the
-/// empty context only over a bound one.
+/// A context lives in two places: the thread's `ThreadState.context` (what Lull reads,
+/// cheaply) and the task-local `ExecutionContext.taskContext` (what a `Task` created inside
+/// the block copies, and what async code reads). Outside Swift tasks the two always agree:
+/// the task-local is only ever bound here, together with the thread's context. So a thread
+/// that runs no task never needs to read the task-local (reading one costs tens of
+/// nanoseconds, binding one an allocation): it binds it only when the context changes.
 extension ThreadState {
     /// `ExecutionContext.current`: the context installed on the thread, else the task's.
     var currentContext: ExecutionContext {
-        if context.activity != nil { return context }
+        if context.activity != nil || lull_in_swift_task() == 0 { return context }
         return ExecutionContext.taskContext ?? .empty
     }
 
@@ -17,11 +19,15 @@ extension ThreadState {
     /// Swift task's thread); the previous context is current again afterwards.
     func withContext<T>(_ context: ExecutionContext, _ body: () throws -> T) rethrows -> T {
         let saved = self.context
-        let bound = ExecutionContext.taskContext
-        let needsBinding = context.activity == nil
-            ? bound?.activity != nil
-            : bound?.activity !== context.activity
-        if context.activity === saved.activity && !needsBinding { return try body() }
+        let needsBinding: Bool
+        if lull_in_swift_task() != 0 {
+            // The task's own binding may be anything it inherited.
+            let bound = ExecutionContext.taskContext
+            needsBinding = context.activity == nil ? bound?.activity != nil : bound?.activity !== context.activity
+        } else {
+            needsBinding = context.activity !== saved.activity
+        }
+        if !needsBinding && context.activity === saved.activity { return try body() }
         self.context = context
         defer { self.context = saved }
         if needsBinding {
@@ -30,11 +36,9 @@ extension ThreadState {
         return try body()
     }
 
-    /// `withContext` for a job that a worker (or the main queue's thread) runs from its
-    /// loop. No Swift task runs on such a thread, and whoever installed the thread's
-    /// context bound the task-local with it: when the job's activity is the thread's (none,
-    /// or one a serial drain installed for a run of blocks), nothing needs to change, and
-    /// the common case costs one comparison.
+    /// `withContext` for a job a worker (or the main queue's thread) runs from its loop:
+    /// when the job's activity is the thread's (none, or the one a serial drain installed
+    /// for a run of blocks), nothing changes, and the common case costs one comparison.
     @inline(__always)
     func withJobContext(_ context: ExecutionContext, _ body: () -> Void) {
         if context.activity === self.context.activity {

@@ -15,8 +15,7 @@ public struct ExecutionContext: Sendable, Equatable {
     }
 
     /// The context bound for Swift concurrency: a `Task` copies it when it is created.
-    /// Lull binds it wherever it installs a context with an activity on a thread (and binds
-    /// `empty` over a non-empty one), so that it never disagrees with the thread's context.
+    /// Bound only together with the thread's context (`ThreadState.withContext`).
     @TaskLocal static var taskContext: ExecutionContext?
 
     /// No activity.

@@ -69,8 +69,9 @@ public struct QoS: Hashable, Sendable {
     public static let unspecified = QoS(.unspecified)
 
     /// The QoS the calling thread runs at now, overrides included. Lull's workers run at
-    /// the class of the work they run; the process's main thread is user-interactive and
-    /// any other thread Lull did not create is `default`.
+    /// the class of the work they run, raised while more important work waits on it (a
+    /// block queued behind it on a serial queue, a `sync` caller, a `wait`); the process's
+    /// main thread is user-interactive and any other thread Lull did not create is `default`.
     public static var current: QoS {
         ThreadState.current.currentQoS
     }

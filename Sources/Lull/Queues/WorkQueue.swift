@@ -127,7 +127,6 @@ public final class WorkQueue: Sendable {
     }
 
     public func asyncAfter(deadline: Deadline, execute workItem: WorkItem) {
-        workItem.noteQueued(on: self)
         DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline)
     }
 
