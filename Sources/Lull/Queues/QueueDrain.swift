@@ -31,7 +31,7 @@ extension WorkQueue {
             state.drainerFinished()
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
-            state.setOwner(thread.priority)
+            state.setOwner(thread.priorityReference)
             swap(&batch, &state.pending)
             swap(&state.pending, &state.spare)
             state.pendingMaxClass = .unspecified
@@ -63,7 +63,7 @@ extension WorkQueue {
                 swap(&batch, &state.pending)
                 state.pendingMaxClass = .unspecified
                 // The blocks that raised this thread are in the batch now: its levels take over.
-                state.setOwner(thread.priority)
+                state.setOwner(thread.priorityReference)
                 return state.takePendingMarks()
             }
             guard let nextMarks = more else { break }
@@ -81,7 +81,7 @@ extension WorkQueue {
             }
             // Handing off keeps the queue owned: the `sync` caller releases it.
             if let handedOff {
-                state.setOwner(handedOff.callerPriority)
+                state.setOwner(Unmanaged.passUnretained(handedOff.callerPriority))
             } else {
                 state.isOwned = false
                 state.setOwner(nil)

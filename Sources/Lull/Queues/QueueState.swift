@@ -29,7 +29,11 @@ struct QueueState: Sendable {
     var pendingMarks = ClassMarks()
     /// Serial: the thread that owns the queue (a drain or a `sync` caller), and the override
     /// this queue puts on it because blocks more important than it arrived meanwhile.
-    var owner: ThreadPriorityControl?
+    /// Unretained (no reference counting on the `sync` fast path): an owner is set only
+    /// while its thread runs the queue's drain or waits in, or runs, a `sync` on it, and is
+    /// cleared under the queue's lock before that thread returns, so it is alive whenever
+    /// another thread reads it here.
+    var owner: Unmanaged<ThreadPriorityControl>?
     var ownerOverride: QoS.QoSClass = .unspecified
 
     /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
@@ -50,16 +54,16 @@ struct QueueState: Sendable {
         if qosClass > pendingMaxClass { pendingMaxClass = qosClass }
         pendingMarks.note(qosClass, at: index)
         if qosClass > ownerOverride, isOwned, let owner {
-            owner.replaceOverride(ownerOverride, with: qosClass)
+            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: qosClass)
             ownerOverride = qosClass
         }
     }
 
     /// The serial queue changes hands (`owner` nil: nobody): the override it put on the old
     /// owner is taken back; the blocks that caused it are the new owner's business.
-    mutating func setOwner(_ newOwner: ThreadPriorityControl?) {
+    mutating func setOwner(_ newOwner: Unmanaged<ThreadPriorityControl>?) {
         if ownerOverride != .unspecified {
-            owner?.replaceOverride(ownerOverride, with: .unspecified)
+            owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
             ownerOverride = .unspecified
         }
         owner = newOwner
@@ -107,7 +111,7 @@ struct QueueState: Sendable {
     /// Takes the queue for a `sync` caller if nothing is queued, running in the way, paused
     /// or inactive: exclusively (serial, barrier) or as one more runner (concurrent).
     /// `owner`: the caller's thread, raised while more important blocks wait behind it.
-    mutating func acquireForSync(kind: WorkQueue.Kind, exclusive: Bool, owner: ThreadPriorityControl) -> Bool {
+    mutating func acquireForSync(kind: WorkQueue.Kind, exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> Bool {
         guard !isPaused, pending.isEmpty else { return false }
         switch kind {
         case .serial:

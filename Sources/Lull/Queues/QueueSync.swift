@@ -1,3 +1,5 @@
+import CLullShims
+
 /// `sync`: run a block on the calling thread once the queue (and every serial queue it
 /// funnels through) is ours, without a thread hand-off when the queue is free.
 extension WorkQueue {
@@ -15,17 +17,21 @@ extension WorkQueue {
         checkNoDeadlock(thread: thread, barrier: barrier)
         // Runs at the higher of the caller's QoS and the item's, never lower than the caller.
         let qos = itemQoS.isUnspecified ? thread.ownQoS : QoS.maximum(itemQoS, thread.ownQoS)
-        let context = flags.contains(.detached) ? ExecutionContext.empty : thread.currentContext
+        // One look at whether a Swift task runs here serves both reading and installing
+        // the context (see ContextInstallation).
+        let inTask = lull_in_swift_task() != 0
+        let context: ExecutionContext = flags.contains(.detached) ? .empty
+            : inTask ? thread.currentContext : thread.context
         switch kind {
         case .root:
-            return try runBody(work, thread: thread, context: context, qos: qos)
+            return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
         case .mainThread:
             lullFatal("sync onto the main thread's root")
         case .serial, .concurrent:
             break
         }
         let exclusive = kind == .serial || barrier
-        switch tryAcquireDirect(exclusive: exclusive, owner: thread.priority) {
+        switch tryAcquireDirect(exclusive: exclusive, owner: thread.priorityReference) {
         case .acquired:
             // The common case, a free queue right on a global queue: no hand-off, no list.
             thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
@@ -33,11 +39,11 @@ extension WorkQueue {
                 thread.heldQueues.removeLast()
                 releaseSync(exclusive: exclusive)
             }
-            return try runBody(work, thread: thread, context: context, qos: qos)
+            return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
         case .mainThread:
             return try syncOnMainThread(qos: qos, context: context, work)
         case .nested:
-            if let chain = tryAcquireChain(barrier: barrier, owner: thread.priority) {
+            if let chain = tryAcquireChain(barrier: barrier, owner: thread.priorityReference) {
                 for (queue, exclusive) in chain {
                     thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
                 }
@@ -45,7 +51,7 @@ extension WorkQueue {
                     thread.heldQueues.removeLast(chain.count)
                     for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
                 }
-                return try runBody(work, thread: thread, context: context, qos: qos)
+                return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
             }
         case .busy:
             break
@@ -66,12 +72,16 @@ extension WorkQueue {
                 releaseSync(exclusive: exclusive)
             }
         }
-        return try runBody(work, thread: thread, context: context, qos: qos)
+        return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
     }
 
     private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
-                            qos: QoS) rethrows -> T {
-        try thread.withContext(context) { try thread.withQoS(qos, work) }
+                            qos: QoS, inTask: Bool) rethrows -> T {
+        // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
+        if !inTask && context.activity === thread.context.activity && qos == thread.ownQoS {
+            return try work()
+        }
+        return try thread.withContext(context) { try thread.withQoS(qos, work) }
     }
 
     private enum DirectAcquisition {
@@ -80,7 +90,7 @@ extension WorkQueue {
 
     /// One lock: takes the queue when it is free and sits right on a global queue; otherwise
     /// says what kind of path `sync` needs.
-    private func tryAcquireDirect(exclusive: Bool, owner: ThreadPriorityControl) -> DirectAcquisition {
+    private func tryAcquireDirect(exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> DirectAcquisition {
         state.locked { state in
             guard let target = state.target else { return .busy }
             switch target.kind {
@@ -108,7 +118,7 @@ extension WorkQueue {
     }
 
     /// Takes this queue and every non-global queue it funnels through, if all are free now.
-    private func tryAcquireChain(barrier: Bool, owner: ThreadPriorityControl) -> [(WorkQueue, Bool)]? {
+    private func tryAcquireChain(barrier: Bool, owner: Unmanaged<ThreadPriorityControl>) -> [(WorkQueue, Bool)]? {
         var acquired: [(WorkQueue, Bool)] = []
         var queue: WorkQueue? = self
         var exclusiveHere = barrier
@@ -126,7 +136,7 @@ extension WorkQueue {
         return acquired
     }
 
-    private func tryAcquireForSync(exclusive: Bool, owner: ThreadPriorityControl) -> Bool {
+    private func tryAcquireForSync(exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> Bool {
         state.locked { $0.acquireForSync(kind: kind, exclusive: exclusive, owner: owner) }
     }
 

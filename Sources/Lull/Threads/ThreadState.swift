@@ -17,6 +17,8 @@ final class ThreadState {
     private(set) var ownQoS: QoS
     /// Its nice value, shared with the threads that raise it while they wait on its work.
     let priority: ThreadPriorityControl
+    /// `priority` without reference counting, for the queues that record their owner.
+    let priorityReference: Unmanaged<ThreadPriorityControl>
     /// The QoS this thread has when it runs nothing (its class, or the foreign default).
     let baseQoS: QoS
     var context: ExecutionContext = .empty
@@ -41,6 +43,7 @@ final class ThreadState {
         var nice: Int32 = 0
         priority = ThreadPriorityControl(tid: tid, own: baseQoS,
                                          nice: lull_get_thread_nice(tid, &nice) == 0 ? nice : 0)
+        priorityReference = Unmanaged.passUnretained(priority)
     }
 
     /// What the thread runs at now: its own QoS, or an override if one is higher.
