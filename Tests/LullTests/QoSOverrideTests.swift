@@ -84,6 +84,29 @@ extension LullSuite {
             #expect(waitUntil { !queue.debugDescription.contains("override=") }, "\(queue.debugDescription)")
         }
 
+        @Test func aBlockThatArrivedWhileTheDrainRanHigherRaisesItOnceItsLevelFalls() {
+            let queue = WorkQueue(label: "lull.test.override.level-falls", qos: .utility, attributes: .initiallyInactive)
+            let first = Holder()
+            let second = Holder()
+            // One batch: a user-interactive block, then a utility one.
+            queue.async(qos: .userInteractive, flags: .enforceQoS, execute: first.block)
+            queue.async(execute: second.block)
+            queue.activate()
+            #expect(first.waitUntilRunning(at: .userInteractive))
+            // Below the level the drain runs at now: no override is needed yet...
+            let late = Captured<ObservedScheduling>()
+            queue.async(qos: .userInitiated, flags: .enforceQoS) { late.set(observeScheduling()) }
+            first.gate.open()
+            // ...but once the user-interactive block has run, the block ahead of it is raised.
+            #expect(second.waitUntilRunning(at: .userInitiated))
+            second.gate.open()
+            #expect(late.await()?.qos == .userInitiated)
+            // The drain ran on a user-interactive worker: what comes next runs at utility again.
+            let after = scheduling(of: { queue.async(execute: $0) })
+            #expect(after?.qos == .utility)
+            if ThreadPriority.canRaise { #expect(after?.nice == expectedNice(.utility)) }
+        }
+
         @Test func aPlainSerialQueueIsRaisedByABlockInferredFromAMoreImportantSubmitter() {
             let queue = WorkQueue(label: "lull.test.override.inferred")
             let holder = Holder()

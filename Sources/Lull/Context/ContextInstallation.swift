@@ -11,7 +11,7 @@ import CLullShims
 extension ThreadState {
     /// `ExecutionContext.current`: the context installed on the thread, else the task's.
     var currentContext: ExecutionContext {
-        if context.activity != nil || lull_in_swift_task() == 0 { return context }
+        if context.hasActivity || lull_in_swift_task() == 0 { return context }
         return ExecutionContext.taskContext ?? .empty
     }
 
@@ -23,11 +23,11 @@ extension ThreadState {
         if lull_in_swift_task() != 0 {
             // The task's own binding may be anything it inherited.
             let bound = ExecutionContext.taskContext
-            needsBinding = context.activity == nil ? bound?.activity != nil : bound?.activity !== context.activity
+            needsBinding = (bound?.activityID ?? 0) != context.activityID
         } else {
-            needsBinding = context.activity !== saved.activity
+            needsBinding = context.activityID != saved.activityID
         }
-        if !needsBinding && context.activity === saved.activity { return try body() }
+        if !needsBinding && context.activityID == saved.activityID { return try body() }
         self.context = context
         defer { self.context = saved }
         if needsBinding {
@@ -41,7 +41,7 @@ extension ThreadState {
     /// for a run of blocks), nothing changes, and the common case costs one comparison.
     @inline(__always)
     func withJobContext(_ context: ExecutionContext, _ body: () -> Void) {
-        if context.activity === self.context.activity {
+        if context.activityID == self.context.activityID {
             body()
         } else {
             withContext(context, body)

@@ -31,11 +31,12 @@ extension WorkQueue {
             state.drainerFinished()
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
-            state.setOwner(thread.priorityReference)
+            let marks = state.takePendingMarks()
+            state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
             swap(&batch, &state.pending)
             swap(&state.pending, &state.spare)
             state.pendingMaxClass = .unspecified
-            return (state.floor, !(state.target?.isGlobal ?? true), state.takePendingMarks())
+            return (state.floor, !(state.target?.isGlobal ?? true), marks)
         }
         guard let (floor, nested, firstMarks) = taken else { return }
         // Inside a parent queue's drain, blocks never run below the level the parent runs
@@ -48,7 +49,7 @@ extension WorkQueue {
             while let job = next, !cursor.stopped {
                 // Blocks of one activity run in one installation of its context (one
                 // task-local binding for the run, not one per block).
-                if job.context.activity != nil && job.context.activity !== thread.context.activity {
+                if job.context.hasActivity && job.context.activityID != thread.context.activityID {
                     next = thread.withContext(job.context) { runSameContext(from: job, &cursor, &batch, thread) }
                 } else {
                     next = runSameContext(from: job, &cursor, &batch, thread)
@@ -63,8 +64,9 @@ extension WorkQueue {
                 swap(&batch, &state.pending)
                 state.pendingMaxClass = .unspecified
                 // The blocks that raised this thread are in the batch now: its levels take over.
-                state.setOwner(thread.priorityReference)
-                return state.takePendingMarks()
+                let marks = state.takePendingMarks()
+                state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
+                return marks
             }
             guard let nextMarks = more else { break }
             cursor.startBatch(nextMarks)
@@ -97,13 +99,13 @@ extension WorkQueue {
     /// drain stops).
     private func runSameContext(from first: Job, _ cursor: inout SerialDrainCursor, _ batch: inout Fifo<Job>,
                                 _ thread: ThreadState) -> Job? {
-        let activity = first.context.activity
+        let activity = first.context.activityID
         var job = first
         while true {
             cursor.run(job, queue: self, thread: thread)
             if cursor.stopped { return nil }
             guard let next = batch.popFirst() else { return nil }
-            if next.context.activity !== activity { return next }
+            if next.context.activityID != activity { return next }
             job = next
         }
     }
@@ -257,6 +259,9 @@ struct SerialDrainCursor {
             let next = marks.level(at: index)
             levelUntil = next?.until ?? Int.max
             let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
+            if index > 0, levelClass < (level?.qosClass ?? .unspecified) {
+                queue.state.locked { $0.ownerLevelFell(to: levelClass) }
+            }
             level = levelClass == .unspecified ? nil : QoS(levelClass)
         }
         index += 1

@@ -35,6 +35,9 @@ struct QueueState: Sendable {
     /// another thread reads it here.
     var owner: Unmanaged<ThreadPriorityControl>?
     var ownerOverride: QoS.QoSClass = .unspecified
+    /// The least class a draining owner runs every block ahead of a new one at (the highest
+    /// class among the rest of its batch): a new block up to that class needs no override.
+    var ownerLevel: QoS.QoSClass = .unspecified
 
     /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
     /// limit, not this number, bounds how many run.
@@ -53,7 +56,7 @@ struct QueueState: Sendable {
     mutating func noteSerialPending(_ qosClass: QoS.QoSClass, at index: Int) {
         if qosClass > pendingMaxClass { pendingMaxClass = qosClass }
         pendingMarks.note(qosClass, at: index)
-        if qosClass > ownerOverride, isOwned, let owner {
+        if qosClass > ownerOverride, qosClass > ownerLevel, isOwned, let owner {
             owner.takeUnretainedValue().replaceOverride(ownerOverride, with: qosClass)
             ownerOverride = qosClass
         }
@@ -61,12 +64,25 @@ struct QueueState: Sendable {
 
     /// The serial queue changes hands (`owner` nil: nobody): the override it put on the old
     /// owner is taken back; the blocks that caused it are the new owner's business.
-    mutating func setOwner(_ newOwner: Unmanaged<ThreadPriorityControl>?) {
+    /// `level`: see `ownerLevel`.
+    mutating func setOwner(_ newOwner: Unmanaged<ThreadPriorityControl>?, level: QoS.QoSClass = .unspecified) {
         if ownerOverride != .unspecified {
             owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
             ownerOverride = .unspecified
         }
         owner = newOwner
+        ownerLevel = level
+    }
+
+    /// The draining owner's level fell (it ran the most important block of its batch):
+    /// blocks that arrived meanwhile above the new level now need the override they did
+    /// not get.
+    mutating func ownerLevelFell(to level: QoS.QoSClass) {
+        ownerLevel = level
+        if pendingMaxClass > level && pendingMaxClass > ownerOverride, let owner {
+            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: pendingMaxClass)
+            ownerOverride = pendingMaxClass
+        }
     }
 
     /// A drain takes every pending block: their marks become its levels.

@@ -78,7 +78,7 @@ extension WorkQueue {
     private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
                             qos: QoS, inTask: Bool) rethrows -> T {
         // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
-        if !inTask && context.activity === thread.context.activity && qos == thread.ownQoS {
+        if !inTask && context.activityID == thread.context.activityID && qos == thread.ownQoS {
             return try work()
         }
         return try thread.withContext(context) { try thread.withQoS(qos, work) }
