@@ -66,7 +66,10 @@ public final class WorkItem: Sendable {
     /// Runs the block with an explicit context and QoS (a queue decided them), then completes.
     /// While it runs, threads that wait for the item raise this thread to their QoS.
     func run(context: ExecutionContext, qos runQoS: QoS, thread: ThreadState) {
-        if !isCancelled {
+        if isCancelled {
+            // Skipped: it waits in no queue any more (and holds none).
+            completion.locked { $0.queue = nil }
+        } else {
             completion.locked { state in
                 state.queue = nil
                 state.overrides.addRunner(thread.priority)
