@@ -65,13 +65,16 @@ struct QueueState: Sendable {
     /// The serial queue changes hands (`owner` nil: nobody): the override it put on the old
     /// owner is taken back; the blocks that caused it are the new owner's business.
     /// `level`: see `ownerLevel`.
+    @inline(__always)
     mutating func setOwner(_ newOwner: Unmanaged<ThreadPriorityControl>?, level: QoS.QoSClass = .unspecified) {
-        if ownerOverride != .unspecified {
-            owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
-            ownerOverride = .unspecified
-        }
+        if ownerOverride != .unspecified { dropOwnerOverride() }
         owner = newOwner
         ownerLevel = level
+    }
+
+    private mutating func dropOwnerOverride() {
+        owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
+        ownerOverride = .unspecified
     }
 
     /// The draining owner's level fell (it ran the most important block of its batch):

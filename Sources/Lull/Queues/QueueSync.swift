@@ -1,5 +1,3 @@
-import CLullShims
-
 /// `sync`: run a block on the calling thread once the queue (and every serial queue it
 /// funnels through) is ours, without a thread hand-off when the queue is free.
 extension WorkQueue {
@@ -17,14 +15,12 @@ extension WorkQueue {
         checkNoDeadlock(thread: thread, barrier: barrier)
         // Runs at the higher of the caller's QoS and the item's, never lower than the caller.
         let qos = itemQoS.isUnspecified ? thread.ownQoS : QoS.maximum(itemQoS, thread.ownQoS)
-        // One look at whether a Swift task runs here serves both reading and installing
-        // the context (see ContextInstallation).
-        let inTask = lull_in_swift_task() != 0
-        let context: ExecutionContext = flags.contains(.detached) ? .empty
-            : inTask ? thread.currentContext : thread.context
+        // The body runs on the calling thread: without `.detached` it is already in the
+        // caller's context (thread or task), and nothing needs installing.
+        let detached = flags.contains(.detached)
         switch kind {
         case .root:
-            return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
+            return try runBody(work, thread: thread, detached: detached, qos: qos)
         case .mainThread:
             lullFatal("sync onto the main thread's root")
         case .serial, .concurrent:
@@ -39,9 +35,9 @@ extension WorkQueue {
                 thread.heldQueues.removeLast()
                 releaseSync(exclusive: exclusive)
             }
-            return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
+            return try runBody(work, thread: thread, detached: detached, qos: qos)
         case .mainThread:
-            return try syncOnMainThread(qos: qos, context: context, work)
+            return try syncOnMainThread(qos: qos, context: detached ? .empty : thread.currentContext, work)
         case .nested:
             if let chain = tryAcquireChain(barrier: barrier, owner: thread.priorityReference) {
                 for (queue, exclusive) in chain {
@@ -51,7 +47,7 @@ extension WorkQueue {
                     thread.heldQueues.removeLast(chain.count)
                     for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
                 }
-                return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
+                return try runBody(work, thread: thread, detached: detached, qos: qos)
             }
         case .busy:
             break
@@ -72,16 +68,14 @@ extension WorkQueue {
                 releaseSync(exclusive: exclusive)
             }
         }
-        return try runBody(work, thread: thread, context: context, qos: qos, inTask: inTask)
+        return try runBody(work, thread: thread, detached: detached, qos: qos)
     }
 
-    private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
-                            qos: QoS, inTask: Bool) rethrows -> T {
+    private func runBody<T>(_ work: () throws -> T, thread: ThreadState, detached: Bool,
+                            qos: QoS) rethrows -> T {
         // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
-        if !inTask && context.activityID == thread.context.activityID && qos == thread.ownQoS {
-            return try work()
-        }
-        return try thread.withContext(context) { try thread.withQoS(qos, work) }
+        if !detached { return try thread.withQoS(qos, work) }
+        return try thread.withContext(.empty) { try thread.withQoS(qos, work) }
     }
 
     private enum DirectAcquisition {
