@@ -59,6 +59,14 @@ int lull_get_thread_ioprio(int32_t tid, int *value) {
     return 0;
 }
 
+// The Swift concurrency runtime's own entry point (exported by libswift_Concurrency, which
+// every Swift program links), declared with the Swift calling convention it has.
+extern void *swift_task_getCurrent(void) __attribute__((swiftcall));
+
+int lull_in_swift_task(void) {
+    return swift_task_getCurrent() != 0;
+}
+
 int lull_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : errno;
 }

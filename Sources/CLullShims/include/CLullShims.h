@@ -28,6 +28,10 @@ int lull_set_thread_io_idle(int32_t tid);
 /// Reads the I/O priority of one thread into *value (class << 13 | data).
 int lull_get_thread_ioprio(int32_t tid, int *value);
 
+/// Whether a Swift task runs on the calling thread (swift_task_getCurrent() != NULL): a few
+/// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
+int lull_in_swift_task(void);
+
 /// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK).
 int lull_set_timer_slack(unsigned long nanoseconds);
 

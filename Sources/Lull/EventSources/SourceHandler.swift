@@ -4,21 +4,29 @@
 /// unless the block was set with `.assignCurrentContext` (the context current when it was
 /// set) or is a work item that captured one.
 ///
-/// Kept small (32 bytes: a closure, an activity reference, two bytes of QoS) because every
-/// source stores three of them.
+/// Kept small (32 bytes: a closure, a reference to an assigned context — boxed, as it is
+/// rare — and two bytes of QoS) because every source stores three of them.
 struct SourceHandler: Sendable {
     /// The block to run, stored as given (no wrapper to allocate); a work item is wrapped so
     /// that it completes (notify, wait) as such.
     private let body: @Sendable () -> Void
-    private let activity: Activity?
+    private let assigned: AssignedContext?
     private let qosClass: QoS.QoSClass
     private let relativePriority: Int8
 
     init(qos: QoS, flags: WorkItemFlags, block: @escaping @Sendable () -> Void) {
-        let propagated = QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil)
+        var requested = qos
+        if flags.contains(.assignCurrentContext) {
+            // As a work item created with the flag: the setter's context, and its QoS
+            // unless the block has one.
+            assigned = AssignedContext(ExecutionContext.current)
+            if qos.isUnspecified { requested = QoSResolution.inferred(from: ThreadState.current.ownQoS) }
+        } else {
+            assigned = nil
+        }
+        let propagated = QoSResolution.propagated(itemQoS: requested, flags: flags, submitter: nil)
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
-        activity = flags.contains(.assignCurrentContext) ? ExecutionContext.current.activity : nil
         body = block
     }
 
@@ -27,10 +35,10 @@ struct SourceHandler: Sendable {
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
         let context = item.assignedContext ?? .empty
-        activity = context.activity
+        assigned = nil
         body = {
             let thread = ThreadState.current
-            item.run(context: context, qos: thread.effectiveQoS, thread: thread)
+            item.run(context: context, qos: thread.ownQoS, thread: thread)
         }
     }
 
@@ -41,9 +49,15 @@ struct SourceHandler: Sendable {
 
     /// Runs the handler on the calling thread, which already runs at the handler's QoS.
     func run(thread: ThreadState) {
-        let saved = thread.context
-        thread.context = ExecutionContext(activity: activity)
-        body()
-        thread.context = saved
+        thread.withJobContext(assigned?.context ?? .empty, body)
+    }
+}
+
+/// A context captured with `.assignCurrentContext` for a handler block.
+final class AssignedContext: Sendable {
+    let context: ExecutionContext
+
+    init(_ context: ExecutionContext) {
+        self.context = context
     }
 }

@@ -33,6 +33,9 @@ public struct QoS: Hashable, Sendable {
             lhs.rank < rhs.rank
         }
 
+        /// The classes by `rank`.
+        static let byRank: [QoSClass] = [.unspecified, .background, .utility, .default, .userInitiated, .userInteractive]
+
         /// The classes that have worker threads, lowest first (`unspecified` has none).
         static let schedulable: [QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
 
@@ -87,10 +90,11 @@ public struct QoS: Hashable, Sendable {
     public static let unspecified = QoS(.unspecified)
 
     /// The QoS the calling thread runs at now, overrides included. Lull's workers run at
-    /// the class of the work they run; the process's main thread is user-interactive and
-    /// any other thread Lull did not create is `default`.
+    /// the class of the work they run, raised while more important work waits on it (a
+    /// block queued behind it on a serial queue, a `sync` caller, a `wait`); the process's
+    /// main thread is user-interactive and any other thread Lull did not create is `default`.
     public static var current: QoS {
-        ThreadState.current.effectiveQoS
+        ThreadState.current.currentQoS
     }
 
     var isUnspecified: Bool { qosClass == .unspecified }

@@ -15,11 +15,11 @@ extension WorkQueue {
         withoutActuallyEscaping(work) { escapable in
             let shared = ConcurrentPerformState(iterations: iterations, work: escapable)
             let thread = ThreadState.current
-            let qos = thread.effectiveQoS.qosClass == .userInteractive ? QoS.userInitiated : thread.effectiveQoS
+            let qos = QoSResolution.inferred(from: thread.ownQoS)
             let helpers = min(WorkerPool.shared.cpuCount, iterations) - 1
             for _ in 0..<helpers {
                 WorkerPool.shared.submit(Job(work: .block({ shared.help() }), qos: qos, flags: [],
-                                             context: thread.context, group: nil))
+                                             context: thread.currentContext, group: nil))
             }
             shared.help()
             shared.closeAndWait()

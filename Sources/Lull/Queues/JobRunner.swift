@@ -3,7 +3,9 @@ enum JobRunner {
     /// - Parameters:
     ///   - floor: the QoS the job's queue imposes (unspecified for a global queue, whose
     ///     jobs were resolved when submitted).
-    ///   - drainQoS: the QoS of the drain running the job, nil on a global queue. Blocks
+    ///   - drainQoS: the least QoS the drain running the job runs it at, nil on a global
+    ///     queue: a serial queue raised because a more important block waits behind this one
+    ///     (asynchronous inversion), or the level of the drain of a parent queue. Blocks
     ///     never run below it: that is how an override shows in `QoS.current`.
     static func run(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
         if let owner = job.owner {
@@ -18,25 +20,30 @@ enum JobRunner {
         switch job.work {
         case .block(let block):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
-            let savedContext = thread.context
-            thread.context = job.context
             let cpu = Diagnostics.cpuClock()
-            thread.withQoS(qos) { block() }
+            thread.withJobContext(job.context) {
+                if let group = job.group {
+                    group.running(on: thread) { thread.withQoS(qos, block) }
+                } else {
+                    thread.withQoS(qos, block)
+                }
+            }
             Diagnostics.chargeCPU(since: cpu, to: qos)
-            thread.context = savedContext
         case .source(let core):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
-            let savedContext = thread.context
-            thread.context = job.context
-            thread.withQoS(qos) { core.runPostedStep() }
-            thread.context = savedContext
+            let cpu = Diagnostics.cpuClock()
+            thread.withJobContext(job.context) {
+                thread.withQoS(qos) { core.runPostedStep() }
+            }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
         case .item(let item):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()
             item.run(context: job.context, qos: qos, thread: thread)
             Diagnostics.chargeCPU(since: cpu, to: qos)
         case .drain(let queue):
-            queue.drain()
+            // A child queue's blocks run at least at the level this queue runs its drain at.
+            thread.withQoS(runQoS(job, floor: floor, drainQoS: drainQoS)) { queue.drain() }
         case .syncWaiter(let waiter):
             // Only reachable on a global queue, which has no owner to hand over.
             waiter.grant(drainerWaits: false)

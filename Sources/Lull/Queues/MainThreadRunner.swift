@@ -18,7 +18,7 @@ final class MainThreadRunner: Sendable {
             lullFatal("WorkQueue.runMain() called twice: the main queue already has its thread")
         }
         let thread = ThreadState.current
-        thread.effectiveQoS = .userInteractive
+        thread.adoptQoS(.userInteractive)
         while true {
             while let job = jobs.locked({ $0.popFirst() }) {
                 JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)

@@ -13,10 +13,16 @@ enum QoSResolution {
         let item: QoS? = (itemQoS.isUnspecified || flags.contains(.noQoS)) ? nil : itemQoS
         var inferred: QoS?
         if let submitter, !submitter.isUnspecified, !flags.contains(.detached) {
-            inferred = submitter.qosClass == .userInteractive ? .userInitiated : submitter
+            inferred = self.inferred(from: submitter)
         }
         if flags.contains(.inheritQoS), let inferred { return inferred }
         return item ?? inferred ?? .unspecified
+    }
+
+    /// What a thread's QoS propagates to the work it submits: user-interactive is for the
+    /// thread that handles events and draws, never for work handed elsewhere.
+    static func inferred(from submitter: QoS) -> QoS {
+        submitter.qosClass == .userInteractive ? .userInitiated : submitter
     }
 
     static func effective(_ propagated: QoS, flags: WorkItemFlags, floor: QoS) -> QoS {

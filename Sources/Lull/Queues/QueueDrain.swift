@@ -19,63 +19,95 @@ extension WorkQueue {
 
     /// Takes every pending block at once and runs them in order. Stops early when the queue
     /// is suspended or a `sync` caller takes the queue over, putting the rest back.
+    ///
+    /// Each block runs at least at the highest class among the blocks behind it in the batch
+    /// (`ClassMarks`), and the thread is raised (by whoever queues them) for more important
+    /// blocks that arrive meanwhile: asynchronous inversion avoidance, which ends once the
+    /// block that caused it has run.
     private func drainSerial() {
         var batch = Fifo<Job>()
-        let taken = state.locked { state -> (floor: QoS, nested: Bool)? in
+        let thread = ThreadState.current
+        let taken = state.locked { state -> (floor: QoS, nested: Bool, marks: ClassMarks)? in
             state.drainerFinished()
             guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
             state.isOwned = true
+            let marks = state.takePendingMarks()
+            state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
             swap(&batch, &state.pending)
             swap(&state.pending, &state.spare)
             state.pendingMaxClass = .unspecified
-            return (state.floor, !(state.target?.isGlobal ?? true))
+            return (state.floor, !(state.target?.isGlobal ?? true), marks)
         }
-        guard let (floor, nested) = taken else { return }
-        let thread = ThreadState.current
-        let drainQoS = thread.effectiveQoS
+        guard let (floor, nested, firstMarks) = taken else { return }
+        // Inside a parent queue's drain, blocks never run below the level the parent runs
+        // this drain at.
+        var cursor = SerialDrainCursor(floor: floor, nested: nested,
+                                       base: nested ? thread.ownQoS.qosClass : .unspecified, marks: firstMarks)
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
-        var handedOff: SyncWaiter?
-        var ran = 0
         while true {
-            while let job = batch.popFirst() {
-                if case .syncWaiter(let waiter) = job.work {
-                    if nested {
-                        // The targets this drain holds must stay held while the caller runs.
-                        waiter.grant(drainerWaits: true)
-                        WorkerPool.shared.blocking { waiter.awaitFinish() }
-                    } else {
-                        handedOff = waiter
-                        break
-                    }
+            var next = batch.popFirst()
+            while let job = next, !cursor.stopped {
+                // Blocks of one activity run in one installation of its context (one
+                // task-local binding for the run, not one per block).
+                if job.context.hasActivity && job.context.activityID != thread.context.activityID {
+                    next = thread.withContext(job.context) { runSameContext(from: job, &cursor, &batch, thread) }
                 } else {
-                    JobRunner.run(job, floor: floor, drainQoS: drainQoS, thread: thread)
+                    next = runSameContext(from: job, &cursor, &batch, thread)
                 }
-                ran += 1
-                if pausedCount.load(ordering: .acquiring) > 0 { break }
             }
+            if let unrun = next { batch.prepend(unrun) }
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
-            guard handedOff == nil, batch.isEmpty, ran < WorkQueue.serialQuantum else { break }
-            let more = state.locked { state -> Bool in
-                guard !state.isPaused, !state.pending.isEmpty else { return false }
+            guard !cursor.stopped, batch.isEmpty, cursor.ran < WorkQueue.serialQuantum else { break }
+            let more = state.locked { state -> ClassMarks? in
+                guard !state.isPaused, !state.pending.isEmpty else { return nil }
                 swap(&batch, &state.pending)
                 state.pendingMaxClass = .unspecified
-                return true
+                // The blocks that raised this thread are in the batch now: its levels take over.
+                let marks = state.takePendingMarks()
+                state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
+                return marks
             }
-            if !more { break }
+            guard let nextMarks = more else { break }
+            cursor.startBatch(nextMarks)
         }
+        let handedOff = cursor.handedOff
+        let marks = cursor.marks
+        let index = cursor.index
         thread.heldQueues.removeLast()
+        let restMarks = marks.dropping(index)
         let request = state.locked { state -> (WorkQueue, Job)? in
-            state.putBack(&batch)
+            state.putBack(&batch, restMarks: restMarks)
             if batch.isEmpty && batch.capacity >= QueueState.spareMinimumCapacity {
                 swap(&state.spare, &batch)
             }
             // Handing off keeps the queue owned: the `sync` caller releases it.
-            if handedOff == nil { state.isOwned = false }
+            if let handedOff {
+                state.setOwner(Unmanaged.passUnretained(handedOff.callerPriority))
+            } else {
+                state.isOwned = false
+                state.setOwner(nil)
+            }
             return state.drainRequestIfNeeded(for: self)
         }
         handedOff?.grant(drainerWaits: false)
         if let (target, token) = request { target.enqueue(token) }
+    }
+
+    /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns
+    /// the first job taken that carries another one (nil when the batch ran out or the
+    /// drain stops).
+    private func runSameContext(from first: Job, _ cursor: inout SerialDrainCursor, _ batch: inout Fifo<Job>,
+                                _ thread: ThreadState) -> Job? {
+        let activity = first.context.activityID
+        var job = first
+        while true {
+            cursor.run(job, queue: self, thread: thread)
+            if cursor.stopped { return nil }
+            guard let next = batch.popFirst() else { return nil }
+            if next.context.activityID != activity { return next }
+            job = next
+        }
     }
 
     /// Runs blocks while other drains of the same queue may run too; barriers run alone.
@@ -86,7 +118,7 @@ extension WorkQueue {
     /// work when all its threads are taken.
     private func drainConcurrent() {
         let thread = ThreadState.current
-        let drainQoS = thread.effectiveQoS
+        let drainQoS = thread.ownQoS
         var ran = 0
         var started = false
         var batch = Fifo<Job>()
@@ -203,4 +235,65 @@ extension WorkQueue {
 struct HeldQueue {
     let id: ObjectIdentifier
     let exclusive: Bool
+}
+
+/// Where a serial drain is in its batch: the level the next block runs at (see
+/// `ClassMarks`), how many blocks ran, and why it stopped.
+struct SerialDrainCursor {
+    let floor: QoS
+    let nested: Bool
+    /// The least class blocks run at (a nested drain's parent level).
+    let base: QoS.QoSClass
+    private(set) var marks: ClassMarks
+    /// Position in the batch of the next block.
+    private(set) var index = 0
+    private var levelUntil = -1
+    private var level: QoS?
+    private(set) var ran = 0
+    /// A `sync` caller the queue is handed to.
+    private(set) var handedOff: SyncWaiter?
+    /// Handed off, or the queue was suspended.
+    private(set) var stopped = false
+
+    init(floor: QoS, nested: Bool, base: QoS.QoSClass, marks: ClassMarks) {
+        self.floor = floor
+        self.nested = nested
+        self.base = base
+        self.marks = marks
+    }
+
+    mutating func startBatch(_ marks: ClassMarks) {
+        self.marks = marks
+        index = 0
+        levelUntil = -1
+    }
+
+    /// Runs one job of the batch (or hands the queue to a `sync` caller).
+    mutating func run(_ job: Job, queue: WorkQueue, thread: ThreadState) {
+        if index > levelUntil {
+            let next = marks.level(at: index)
+            levelUntil = next?.until ?? Int.max
+            let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
+            if index > 0, levelClass < (level?.qosClass ?? .unspecified) {
+                queue.state.locked { $0.ownerLevelFell(to: levelClass) }
+            }
+            level = levelClass == .unspecified ? nil : QoS(levelClass)
+        }
+        index += 1
+        if case .syncWaiter(let waiter) = job.work {
+            if nested {
+                // The targets this drain holds must stay held while the caller runs.
+                waiter.grant(drainerWaits: true)
+                WorkerPool.shared.blocking { waiter.awaitFinish() }
+            } else {
+                handedOff = waiter
+                stopped = true
+                return
+            }
+        } else {
+            JobRunner.run(job, floor: floor, drainQoS: level, thread: thread)
+        }
+        ran += 1
+        if queue.pausedCount.load(ordering: .acquiring) > 0 { stopped = true }
+    }
 }

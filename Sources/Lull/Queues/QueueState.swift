@@ -26,6 +26,20 @@ struct QueueState: Sendable {
     var drainerClass: QoS.QoSClass = .unspecified
     /// An upper bound of the effective class of the pending blocks.
     var pendingMaxClass: QoS.QoSClass = .unspecified
+    /// Serial: where in `pending` the last block of each class is, so that a drain runs the
+    /// blocks ahead of a more important one at its class (asynchronous inversion).
+    var pendingMarks = ClassMarks()
+    /// Serial: the thread that owns the queue (a drain or a `sync` caller), and the override
+    /// this queue puts on it because blocks more important than it arrived meanwhile.
+    /// Unretained (no reference counting on the `sync` fast path): an owner is set only
+    /// while its thread runs the queue's drain or waits in, or runs, a `sync` on it, and is
+    /// cleared under the queue's lock before that thread returns, so it is alive whenever
+    /// another thread reads it here.
+    var owner: Unmanaged<ThreadPriorityControl>?
+    var ownerOverride: QoS.QoSClass = .unspecified
+    /// The least class a draining owner runs every block ahead of a new one at (the highest
+    /// class among the rest of its batch): a new block up to that class needs no override.
+    var ownerLevel: QoS.QoSClass = .unspecified
 
     /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
     /// limit, not this number, bounds how many run.
@@ -38,6 +52,55 @@ struct QueueState: Sendable {
     }
 
     var isPaused: Bool { isInactive || suspendCount > 0 }
+
+    /// A serial queue's new pending block (or a raise of what is pending): remembered for the
+    /// drain's levels, and the owner, if any, is raised to its class right away.
+    mutating func noteSerialPending(_ qosClass: QoS.QoSClass, at index: Int) {
+        if qosClass > pendingMaxClass { pendingMaxClass = qosClass }
+        pendingMarks.note(qosClass, at: index)
+        if qosClass > ownerOverride, qosClass > ownerLevel, isOwned, let owner {
+            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: qosClass)
+            ownerOverride = qosClass
+        }
+    }
+
+    /// The serial queue changes hands (`owner` nil: nobody): the override it put on the old
+    /// owner is taken back; the blocks that caused it are the new owner's business.
+    /// `level`: see `ownerLevel`.
+    @inline(__always)
+    mutating func setOwner(_ newOwner: Unmanaged<ThreadPriorityControl>?, level: QoS.QoSClass = .unspecified) {
+        if ownerOverride != .unspecified { dropOwnerOverride() }
+        owner = newOwner
+        ownerLevel = level
+    }
+
+    private mutating func dropOwnerOverride() {
+        owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
+        ownerOverride = .unspecified
+    }
+
+    /// The draining owner's level fell (it ran the most important block of its batch):
+    /// blocks that arrived meanwhile above the new level now need the override they did
+    /// not get.
+    mutating func ownerLevelFell(to level: QoS.QoSClass) {
+        ownerLevel = level
+        if pendingMaxClass > level && pendingMaxClass > ownerOverride, let owner {
+            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: pendingMaxClass)
+            ownerOverride = pendingMaxClass
+        }
+    }
+
+    /// A drain takes every pending block: their marks become its levels.
+    mutating func takePendingMarks() -> ClassMarks {
+        defer { pendingMarks = ClassMarks() }
+        return pendingMarks
+    }
+
+    /// The class the queue is raised to above its own QoS, if any (for the debug description).
+    var activeOverride: QoS.QoSClass? {
+        let raised = Swift.max(ownerOverride, drainerClass)
+        return raised > (floor.isUnspecified ? .default : floor.qosClass) ? raised : nil
+    }
 
     /// Decides whether `queue` must put a drain request on its target now, and records it.
     /// Called under the lock after anything that can make pending blocks runnable.
@@ -68,12 +131,14 @@ struct QueueState: Sendable {
 
     /// Takes the queue for a `sync` caller if nothing is queued, running in the way, paused
     /// or inactive: exclusively (serial, barrier) or as one more runner (concurrent).
-    mutating func acquireForSync(_ queue: WorkQueue, exclusive: Bool) -> Bool {
+    /// `owner`: the caller's thread, raised while more important blocks wait behind it.
+    mutating func acquireForSync(_ queue: WorkQueue, exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> Bool {
         guard !isPaused, pending.isEmpty else { return false }
         switch queue.kind {
         case .serial:
             guard !isOwned else { return false }
             isOwned = true
+            setOwner(owner)
         case .concurrent:
             guard !barrierActive else { return false }
             if exclusive {
@@ -88,11 +153,14 @@ struct QueueState: Sendable {
     }
 
     /// Puts blocks that a drain took but did not run back at the head, before newer ones.
-    mutating func putBack(_ rest: inout Fifo<Job>) {
+    /// `restMarks`: the marks of the blocks put back, counted from the first of them.
+    mutating func putBack(_ rest: inout Fifo<Job>, restMarks: ClassMarks = ClassMarks()) {
         guard !rest.isEmpty else { return }
+        pendingMarks = restMarks.followed(by: pendingMarks, offset: rest.count)
         while let job = pending.popFirst() { rest.append(job) }
         swap(&pending, &rest)
         // The blocks put back may be of any class: stay conservative.
         if pendingMaxClass < .default { pendingMaxClass = .default }
+        if let highest = restMarks.highestClass(from: 0), highest > pendingMaxClass { pendingMaxClass = highest }
     }
 }

@@ -21,18 +21,20 @@ extension WorkQueue {
         let barrier = flags.contains(.barrier) && kind == .concurrent
         checkNoDeadlock(thread: thread, barrier: barrier)
         // Runs at the higher of the caller's QoS and the item's, never lower than the caller.
-        let qos = itemQoS.isUnspecified ? thread.effectiveQoS : QoS.maximum(itemQoS, thread.effectiveQoS)
-        let context = flags.contains(.detached) ? ExecutionContext.empty : thread.context
+        let qos = itemQoS.isUnspecified ? thread.ownQoS : QoS.maximum(itemQoS, thread.ownQoS)
+        // The body runs on the calling thread: without `.detached` it is already in the
+        // caller's context (thread or task), and nothing needs installing.
+        let detached = flags.contains(.detached)
         switch kind {
         case .root:
-            return try runBody(work, thread: thread, context: context, qos: qos)
+            return try runBody(work, thread: thread, detached: detached, qos: qos)
         case .mainThread:
             lullFatal("sync onto the main thread's root")
         case .serial, .concurrent:
             break
         }
         let exclusive = kind == .serial || barrier
-        switch tryAcquireDirect(exclusive: exclusive) {
+        switch tryAcquireDirect(exclusive: exclusive, owner: thread.priorityReference) {
         case .acquired:
             // The common case, a free queue right on a global queue: no hand-off, no list.
             thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
@@ -40,11 +42,11 @@ extension WorkQueue {
                 thread.heldQueues.removeLast()
                 releaseSync(exclusive: exclusive)
             }
-            return try runBody(work, thread: thread, context: context, qos: qos)
+            return try runBody(work, thread: thread, detached: detached, qos: qos)
         case .mainThread:
-            return try syncOnMainThread(qos: qos, context: context, work)
+            return try syncOnMainThread(qos: qos, context: detached ? .empty : thread.currentContext, work)
         case .nested:
-            if let chain = tryAcquireChain(barrier: barrier) {
+            if let chain = tryAcquireChain(barrier: barrier, owner: thread.priorityReference) {
                 for (queue, exclusive) in chain {
                     thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
                 }
@@ -52,14 +54,17 @@ extension WorkQueue {
                     thread.heldQueues.removeLast(chain.count)
                     for (queue, exclusive) in chain.reversed() { queue.releaseSync(exclusive: exclusive) }
                 }
-                return try runBody(work, thread: thread, context: context, qos: qos)
+                return try runBody(work, thread: thread, detached: detached, qos: qos)
             }
         case .busy:
             break
         }
-        let waiter = SyncWaiter(isBarrier: barrier || kind == .serial)
-        enqueue(Job(work: .syncWaiter(waiter), qos: QoSResolution.propagated(itemQoS: qos, flags: [], submitter: nil),
-                    flags: barrier ? .barrier : [], context: .empty, group: nil))
+        // The waiter is queued at the caller's QoS (overrides included) over the queue's, so
+        // that whatever runs ahead of it runs at least at that QoS (synchronous inversion).
+        let waiter = SyncWaiter(isBarrier: barrier || kind == .serial, callerPriority: thread.priority)
+        let waitQoS = QoS.maximum(qos, thread.currentQoS)
+        enqueue(Job(work: .syncWaiter(waiter), qos: waitQoS,
+                    flags: barrier ? [.barrier, .enforceQoS] : .enforceQoS, context: .empty, group: nil))
         waiter.awaitGrant()
         thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
         defer {
@@ -70,19 +75,14 @@ extension WorkQueue {
                 releaseSync(exclusive: exclusive)
             }
         }
-        return try runBody(work, thread: thread, context: context, qos: qos)
+        return try runBody(work, thread: thread, detached: detached, qos: qos)
     }
 
-    private func runBody<T>(_ work: () throws -> T, thread: ThreadState, context: ExecutionContext,
+    private func runBody<T>(_ work: () throws -> T, thread: ThreadState, detached: Bool,
                             qos: QoS) rethrows -> T {
         // The usual `sync` changes neither the context nor the QoS: skip the bookkeeping.
-        if context.activity === thread.context.activity && qos == thread.effectiveQoS {
-            return try work()
-        }
-        let saved = thread.context
-        thread.context = context
-        defer { thread.context = saved }
-        return try thread.withQoS(qos) { try work() }
+        if !detached { return try thread.withQoS(qos, work) }
+        return try thread.withContext(.empty) { try thread.withQoS(qos, work) }
     }
 
     private enum DirectAcquisition {
@@ -91,7 +91,7 @@ extension WorkQueue {
 
     /// One lock: takes the queue when it is free and sits right on a global queue; otherwise
     /// says what kind of path `sync` needs.
-    private func tryAcquireDirect(exclusive: Bool) -> DirectAcquisition {
+    private func tryAcquireDirect(exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> DirectAcquisition {
         state.locked { state in
             guard let target = state.target else { return .busy }
             switch target.kind {
@@ -99,7 +99,7 @@ extension WorkQueue {
             case .serial, .concurrent: return .nested
             case .root: break
             }
-            return state.acquireForSync(self, exclusive: exclusive) ? .acquired : .busy
+            return state.acquireForSync(self, exclusive: exclusive, owner: owner) ? .acquired : .busy
         }
     }
 
@@ -119,14 +119,14 @@ extension WorkQueue {
     }
 
     /// Takes this queue and every non-global queue it funnels through, if all are free now.
-    private func tryAcquireChain(barrier: Bool) -> [(WorkQueue, Bool)]? {
+    private func tryAcquireChain(barrier: Bool, owner: Unmanaged<ThreadPriorityControl>) -> [(WorkQueue, Bool)]? {
         var acquired: [(WorkQueue, Bool)] = []
         var queue: WorkQueue? = self
         var exclusiveHere = barrier
         while let current = queue, !current.isGlobal {
             if current.kind == .mainThread { break }
             let exclusive = current.kind == .serial || exclusiveHere
-            guard current.tryAcquireForSync(exclusive: exclusive) else {
+            guard current.tryAcquireForSync(exclusive: exclusive, owner: owner) else {
                 for (held, heldExclusive) in acquired.reversed() { held.releaseSync(exclusive: heldExclusive) }
                 return nil
             }
@@ -137,8 +137,8 @@ extension WorkQueue {
         return acquired
     }
 
-    private func tryAcquireForSync(exclusive: Bool) -> Bool {
-        state.locked { $0.acquireForSync(self, exclusive: exclusive) }
+    private func tryAcquireForSync(exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> Bool {
+        state.locked { $0.acquireForSync(self, exclusive: exclusive, owner: owner) }
     }
 
     /// Gives back what a `sync` caller held, and lets waiting blocks run.
@@ -147,6 +147,7 @@ extension WorkQueue {
             switch kind {
             case .serial:
                 state.isOwned = false
+                state.setOwner(nil)
             case .concurrent:
                 state.inFlight -= 1
                 if exclusive { state.barrierActive = false }

@@ -7,12 +7,15 @@ import Synchronization
 /// held while the caller runs, so the drain thread waits for `finish()` (`drainerWaits`).
 final class SyncWaiter: Sendable {
     let isBarrier: Bool
+    /// The waiting thread: it owns the queue once granted (and is raised as its owner).
+    let callerPriority: ThreadPriorityControl
     private let granted = Parker()
     private let finished = Parker()
     private let drainerWaits = Atomic<Bool>(false)
 
-    init(isBarrier: Bool) {
+    init(isBarrier: Bool, callerPriority: ThreadPriorityControl) {
         self.isBarrier = isBarrier
+        self.callerPriority = callerPriority
     }
 
     func grant(drainerWaits waits: Bool) {

@@ -22,6 +22,10 @@ public final class WorkItem: Sendable {
     private struct Completion {
         var isDone = false
         var waiters = CompletionWaiters()
+        /// Threads waiting raise the threads running the item.
+        var overrides = WaitOverrides()
+        /// The queue the item waits in (to raise it), until it starts.
+        var queue: WorkQueue?
     }
 
     /// A work item that runs `block` with `qos` and `flags`; with `.assignCurrentContext` it
@@ -31,9 +35,8 @@ public final class WorkItem: Sendable {
         self.qos = qos
         self.flags = flags
         if flags.contains(.assignCurrentContext) {
-            let thread = ThreadState.current
-            assignedContext = thread.context
-            assignedQoS = qos.isUnspecified ? thread.effectiveQoS : nil
+            assignedContext = ExecutionContext.current
+            assignedQoS = qos.isUnspecified ? QoSResolution.inferred(from: ThreadState.current.ownQoS) : nil
         } else {
             assignedContext = nil
             assignedQoS = nil
@@ -57,20 +60,31 @@ public final class WorkItem: Sendable {
     /// at the higher of the caller's QoS and the item's.
     public func perform() {
         let thread = ThreadState.current
-        let context = runContext(submitter: thread.context)
-        let runQoS = requestedQoS.isUnspecified ? thread.effectiveQoS : QoS.maximum(requestedQoS, thread.effectiveQoS)
+        let context = runContext(submitter: thread.currentContext)
+        let runQoS = requestedQoS.isUnspecified ? thread.ownQoS : QoS.maximum(requestedQoS, thread.ownQoS)
         run(context: context, qos: runQoS, thread: thread)
     }
 
     /// Runs the block with an explicit context and QoS (a queue decided them), then completes.
+    /// While it runs, threads that wait for the item raise this thread to their QoS.
     func run(context: ExecutionContext, qos runQoS: QoS, thread: ThreadState) {
-        if !isCancelled {
-            let savedContext = thread.context
-            thread.context = context
-            defer { thread.context = savedContext }
-            thread.withQoS(runQoS) { block() }
+        if isCancelled {
+            // Skipped: it waits in no queue any more (and holds none).
+            completion.locked { $0.queue = nil }
+        } else {
+            completion.locked { state in
+                state.queue = nil
+                state.overrides.addRunner(thread.priority)
+            }
+            thread.withContext(context) { thread.withQoS(runQoS, block) }
+            completion.locked { $0.overrides.removeRunner(thread.priority) }
         }
         complete()
+    }
+
+    /// Records the queue the item was submitted to, so that a waiter can raise it.
+    func noteQueued(on queue: WorkQueue) {
+        completion.locked { $0.queue = queue }
     }
 
     /// Marks the item as finished (or skipped): wakes waiters and submits notifications.
@@ -89,16 +103,30 @@ public final class WorkItem: Sendable {
     }
 
     /// Blocks until the item has completed or `timeout` passes.
+    /// The waiting thread raises the item to its QoS: the queue it waits in, then the
+    /// thread that runs it (synchronous inversion avoidance).
     public func wait(timeout: Deadline) -> WaitResult {
-        CompletionWaiters.wait(until: timeout, register: { parker in
-            completion.locked { state in
+        let waitClass = ThreadState.current.currentQoS.qosClass
+        var waitsIn: WorkQueue?
+        var registered = false
+        let result = CompletionWaiters.wait(until: timeout, register: { parker in
+            let done = completion.locked { state -> Bool in
                 if state.isDone { return true }
                 state.waiters.add(parker)
+                state.overrides.addWaiter(waitClass)
+                waitsIn = state.queue
                 return false
             }
+            registered = !done
+            waitsIn?.raisePending(to: waitClass)
+            return done
         }, unregister: { parker in
             completion.locked { $0.waiters.remove(parker) }
         })
+        if registered {
+            completion.locked { $0.overrides.removeWaiter(waitClass) }
+        }
+        return result
     }
 
     /// Submits `execute` to `queue` once the item has completed.

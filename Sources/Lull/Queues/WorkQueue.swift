@@ -123,6 +123,7 @@ public final class WorkQueue: Sendable {
 
     /// Submits `workItem` to run on the queue, with its flags and QoS.
     public func async(execute workItem: WorkItem) {
+        workItem.noteQueued(on: self)
         enqueue(makeJob(for: workItem))
     }
 
@@ -160,19 +161,19 @@ public final class WorkQueue: Sendable {
         let thread = ThreadState.current
         let detached = flags.contains(.detached)
         return Job(work: work,
-                   qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.effectiveQoS),
+                   qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.ownQoS),
                    flags: flags,
-                   context: detached ? .empty : thread.context,
+                   context: detached ? .empty : thread.currentContext,
                    group: group)
     }
 
     func makeJob(for item: WorkItem) -> Job {
         let thread = ThreadState.current
-        let submitter: QoS? = item.assignedContext == nil ? thread.effectiveQoS : nil
+        let submitter: QoS? = item.assignedContext == nil ? thread.ownQoS : nil
         return Job(work: .item(item),
                    qos: QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: submitter),
                    flags: item.flags,
-                   context: item.runContext(submitter: thread.context),
+                   context: item.runContext(submitter: thread.currentContext),
                    group: nil)
     }
 
@@ -231,7 +232,7 @@ public final class WorkQueue: Sendable {
             let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
                 state.pending.append(job)
-                if jobClass > state.pendingMaxClass { state.pendingMaxClass = jobClass }
+                state.noteSerialPending(jobClass, at: state.pending.count - 1)
                 return state.drainRequestIfNeeded(for: self)
             }
             WorkQueue.post(request)
@@ -245,6 +246,22 @@ public final class WorkQueue: Sendable {
         case .some((let target, let job)): target.enqueue(job)
         case .none: break
         }
+    }
+
+    /// A thread of `qosClass` waits for something pending in this queue (a work item):
+    /// the queue runs at that class at least until what is pending now has run.
+    func raisePending(to qosClass: QoS.QoSClass) {
+        guard !isGlobal, kind != .mainThread, qosClass != .unspecified else { return }
+        let request = state.locked { state -> (WorkQueue, Job)? in
+            if kind == .serial {
+                // Conservative: everything pending now, the item among it, is raised.
+                state.noteSerialPending(qosClass, at: state.pending.count - 1)
+            } else if qosClass > state.pendingMaxClass {
+                state.pendingMaxClass = qosClass
+            }
+            return state.drainRequestIfNeeded(for: self)
+        }
+        if let (target, token) = request { target.enqueue(token) }
     }
 
     // MARK: Suspension, activation, target
@@ -317,11 +334,15 @@ public final class WorkQueue: Sendable {
 }
 
 extension WorkQueue: CustomDebugStringConvertible {
-    /// The label, kind, effective QoS, target and suspension state, for debugging.
+    /// The label, kind, QoS (the queue's own, or what its target gives it), target, any
+    /// override in force (the queue raised because more important work waits on it),
+    /// suspension and activation.
     public var debugDescription: String {
-        let (target, suspended, inactive, floor) = state.locked {
-            ($0.target?.label ?? "-", $0.suspendCount, $0.isInactive, $0.floor)
+        let (target, suspended, inactive, floor, raised) = state.locked {
+            ($0.target?.label ?? "-", $0.suspendCount, $0.isInactive, $0.floor, $0.activeOverride)
         }
-        return "<WorkQueue '\(label)' \(kind) qos=\(floor) target=\(target) suspended=\(suspended) inactive=\(inactive)>"
+        let overrideText = raised.map { " override=\($0.name)" } ?? ""
+        return "<WorkQueue '\(label)' \(kind) qos=\(floor) target=\(target)\(overrideText) "
+            + "suspended=\(suspended) inactive=\(inactive)>"
     }
 }

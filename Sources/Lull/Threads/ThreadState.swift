@@ -12,10 +12,13 @@ final class ThreadState {
     let tid: Int32
     /// The worker-pool class this thread belongs to; nil for threads Lull did not create.
     var workerClass: QoS.QoSClass?
-    /// The QoS whose scheduling parameters are in force on this thread.
-    var effectiveQoS: QoS
-    /// The nice value in force (tracked to skip redundant setpriority calls).
-    var niceValue: Int32
+    /// The QoS of the work this thread runs, overrides excluded: what work it submits
+    /// inherits (as in Dispatch, an override never propagates).
+    private(set) var ownQoS: QoS
+    /// Its nice value, shared with the threads that raise it while they wait on its work.
+    let priority: ThreadPriorityControl
+    /// `priority` without reference counting, for the queues that record their owner.
+    let priorityReference: Unmanaged<ThreadPriorityControl>
     /// The QoS this thread has when it runs nothing (its class, or the foreign default).
     let baseQoS: QoS
     var context: ExecutionContext = .empty
@@ -34,9 +37,31 @@ final class ThreadState {
             // Darwin's main thread is user-interactive; other threads start at default.
             baseQoS = tid == getpid() ? .userInteractive : .default
         }
-        effectiveQoS = baseQoS
+        ownQoS = baseQoS
         var nice: Int32 = 0
-        niceValue = lull_get_thread_nice(tid, &nice) == 0 ? nice : 0
+        priority = ThreadPriorityControl(tid: tid, own: baseQoS,
+                                         nice: lull_get_thread_nice(tid, &nice) == 0 ? nice : 0)
+        priorityReference = Unmanaged.passUnretained(priority)
+    }
+
+    /// What the thread runs at now: its own QoS, or an override if one is higher.
+    var currentQoS: QoS {
+        if let overrideClass = priority.overrideClass, overrideClass > ownQoS.qosClass {
+            return QoS(overrideClass)
+        }
+        return ownQoS
+    }
+
+    /// The nice value in force (tracked to skip redundant setpriority calls).
+    var niceValue: Int32 {
+        get { priority.appliedNice }
+        set { priority.appliedNice = newValue }
+    }
+
+    /// Takes on `qos` as the thread's own QoS for good, without moving its nice value.
+    func adoptQoS(_ qos: QoS) {
+        ownQoS = qos
+        priority.adoptOwn(qos)
     }
 
     private static let key: pthread_key_t = {
@@ -72,22 +97,15 @@ final class ThreadState {
 
     /// Runs `body` with `qos` in force on this thread, moving the thread's nice value when
     /// the process may move it back; restores everything afterwards.
+    /// Overrides other threads put on this one stay in force on top.
     func withQoS<T>(_ qos: QoS, _ body: () throws -> T) rethrows -> T {
-        let savedQoS = effectiveQoS
-        let savedNice = niceValue
-        if qos != savedQoS {
-            let wanted = ThreadPriority.niceValue(for: qos)
-            if wanted != niceValue && ThreadPriority.canRaise && lull_set_thread_nice(tid, wanted) == 0 {
-                niceValue = wanted
-            }
-            effectiveQoS = qos
-        }
+        let savedQoS = ownQoS
+        if qos == savedQoS { return try body() }
+        ownQoS = qos
+        priority.setOwn(qos)
         defer {
-            if niceValue != savedNice {
-                _ = lull_set_thread_nice(tid, savedNice)
-                niceValue = savedNice
-            }
-            effectiveQoS = savedQoS
+            ownQoS = savedQoS
+            priority.setOwn(savedQoS)
         }
         return try body()
     }

@@ -1,0 +1,89 @@
+import CLullShims
+import Synchronization
+
+/// The nice value of one thread, as its own work and other threads' waits decide it.
+///
+/// The thread sets the QoS of the work it runs (`setOwn`). Other threads add *overrides*
+/// while more important work waits on it — a block queued behind it on a serial queue, a
+/// `sync` caller, a `wait` (inversion avoidance). The nice value in force is that of the
+/// higher of the two. Every change goes through one lock: two threads moving the same
+/// thread's nice value never leave a stale value behind.
+///
+/// Overrides are counted per class, so that several waiters compose and each takes back
+/// exactly its own.
+final class ThreadPriorityControl: Sendable {
+    let tid: Int32
+    private let state: Mutex<State>
+    /// The rank of the highest override (0: none), for `QoS.current` without the lock.
+    private let highestOverrideRank = Atomic<Int>(0)
+
+    private struct State {
+        var own: QoS
+        /// Overrides in force, per class rank (index 0, unspecified, is unused).
+        var overrides = [Int](repeating: 0, count: 6)
+        var appliedNice: Int32
+    }
+
+    init(tid: Int32, own: QoS, nice: Int32) {
+        self.tid = tid
+        state = Mutex(State(own: own, appliedNice: nice))
+    }
+
+    /// The class of the highest override in force, if any.
+    var overrideClass: QoS.QoSClass? {
+        let rank = highestOverrideRank.load(ordering: .relaxed)
+        return rank == 0 ? nil : QoS.QoSClass.byRank[rank]
+    }
+
+    /// The nice value in force (as far as Lull set it).
+    var appliedNice: Int32 {
+        get { state.locked { $0.appliedNice } }
+        set { state.locked { $0.appliedNice = newValue } }
+    }
+
+    /// The thread itself starts running work of `qos`.
+    func setOwn(_ qos: QoS) {
+        state.locked { state in
+            state.own = qos
+            apply(&state)
+        }
+    }
+
+    /// Records `qos` as the thread's own QoS without touching its nice value (a thread that
+    /// takes on a role, such as running the main queue).
+    func adoptOwn(_ qos: QoS) {
+        state.locked { $0.own = qos }
+    }
+
+    /// Replaces one override by another (either may be `unspecified`: none); the thread
+    /// runs at the highest override in force until each is taken back.
+    func replaceOverride(_ old: QoS.QoSClass, with new: QoS.QoSClass) {
+        guard old != new else { return }
+        state.locked { state in
+            if old != .unspecified { state.overrides[old.rank] -= 1 }
+            if new != .unspecified { state.overrides[new.rank] += 1 }
+            let highest = state.overrides.lastIndex { $0 > 0 } ?? 0
+            highestOverrideRank.store(highest, ordering: .relaxed)
+            apply(&state)
+        }
+    }
+
+    func addOverride(_ qosClass: QoS.QoSClass) {
+        replaceOverride(.unspecified, with: qosClass)
+    }
+
+    func removeOverride(_ qosClass: QoS.QoSClass) {
+        replaceOverride(qosClass, with: .unspecified)
+    }
+
+    /// Moves the nice value to what the own QoS and the overrides ask for, when the process
+    /// may move it back (otherwise a raise would be one-way and nothing moves).
+    private func apply(_ state: inout State) {
+        let highest = highestOverrideRank.load(ordering: .relaxed)
+        let target = highest > state.own.qosClass.rank ? QoS(QoS.QoSClass.byRank[highest]) : state.own
+        let wanted = ThreadPriority.niceValue(for: target)
+        if wanted != state.appliedNice && ThreadPriority.canRaise && lull_set_thread_nice(tid, wanted) == 0 {
+            state.appliedNice = wanted
+        }
+    }
+}
