@@ -11,7 +11,10 @@ import CLullShims
 /// holds the lock word for the duration (acquire on lock, release on unlock), so every access
 /// is ordered by the lock; the word pointer is allocated once and freed in deinit.
 final class SpinFutexLock<Value>: @unchecked Sendable {
-    private var value: Value
+    /// `@exclusivity(unchecked)`: the run-time check of overlapping accesses (a thread-local
+    /// access set, paid at every lock) could only fire for a body that takes the same lock
+    /// again, which deadlocks on the lock word first.
+    @exclusivity(unchecked) private var value: Value
     private let word: UnsafeMutablePointer<UInt32>
 
     init(_ value: Value) {
