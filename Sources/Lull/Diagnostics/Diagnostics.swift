@@ -113,11 +113,9 @@ enum Diagnostics {
         recorder.addCPU(now > start ? now - start : 0, qos: qos.qosClass == .unspecified ? .default : qos.qosClass)
     }
 
-    /// CLOCK_THREAD_CPUTIME_ID; 1 (not 0, which means "off") if it cannot be read.
+    /// The thread's CPU clock, never 0 (which means "off" to `chargeCPU`).
     static func threadCPUNanoseconds() -> UInt64 {
-        var now = timespec()
-        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) == 0 else { return 1 }
-        return max(1, UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec))
+        max(1, SystemClock.threadCPUNanoseconds())
     }
 }
 

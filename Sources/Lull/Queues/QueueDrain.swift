@@ -91,7 +91,7 @@ extension WorkQueue {
             return state.drainRequestIfNeeded(for: self)
         }
         handedOff?.grant(drainerWaits: false)
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 
     /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns
@@ -151,7 +151,7 @@ extension WorkQueue {
                 return (state.floor, nested, false, state.drainRequestIfNeeded(for: self))
             }
             guard let (floor, nested, barrier, more) = taken else { break }
-            if let (target, token) = more { target.enqueue(token) }
+            WorkQueue.post(more)
             thread.heldQueues.append(HeldQueue(id: identity, exclusive: barrier))
             var finished = 0
             var handedOffBarrier = false
@@ -183,7 +183,7 @@ extension WorkQueue {
         // Leaving (quantum used up, paused, or waiting for a barrier): make sure someone
         // comes back for what is left.
         let request = state.locked { $0.drainRequestIfNeeded(for: self) }
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 }
 

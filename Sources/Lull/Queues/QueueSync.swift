@@ -156,7 +156,7 @@ extension WorkQueue {
             }
             return state.drainRequestIfNeeded(for: self)
         }
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 
     /// The main queue's blocks run on the main thread, `sync` ones included: the block is

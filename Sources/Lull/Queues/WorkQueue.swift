@@ -261,7 +261,7 @@ public final class WorkQueue: Sendable {
             }
             return state.drainRequestIfNeeded(for: self)
         }
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 
     // MARK: Suspension, activation, target
@@ -275,7 +275,7 @@ public final class WorkQueue: Sendable {
             pausedCount.subtract(1, ordering: .releasing)
             return state.drainRequestIfNeeded(for: self)
         }
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 
     /// Suspends the queue after the block running now: counts, and needs a matching `resume`.
@@ -304,7 +304,7 @@ public final class WorkQueue: Sendable {
             pausedCount.subtract(1, ordering: .releasing)
             return state.suspendCount == 0 ? state.drainRequestIfNeeded(for: self) : nil
         }
-        if let (target, token) = request { target.enqueue(token) }
+        WorkQueue.post(request)
     }
 
     /// Makes `queue` (nil: the default global queue for this queue's QoS) the target.
