@@ -71,6 +71,11 @@ int lull_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : errno;
 }
 
+long lull_get_timer_slack(void) {
+    int result = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    return result >= 0 ? result : -errno;
+}
+
 int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec *deadline) {
     long result = syscall(SYS_futex, address, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
                           deadline, NULL, FUTEX_BITSET_MATCH_ANY);
@@ -336,6 +341,38 @@ int lull_clock_watch_check(int fd) {
     }
     if (result < 0 && errno != EAGAIN) return -errno;
     return 0;
+}
+
+// MARK: The reactor's precise timer
+
+int lull_timerfd_create(void) {
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int lull_timerfd_arm(int fd, uint64_t deadline) {
+    if (deadline == 0) deadline = 1;
+    struct itimerspec value = {
+        .it_interval = {0, 0},
+        .it_value = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)},
+    };
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &value, NULL) == 0 ? 0 : -errno;
+}
+
+int lull_timerfd_disarm(int fd) {
+    struct itimerspec value = {{0, 0}, {0, 0}};
+    return timerfd_settime(fd, 0, &value, NULL) == 0 ? 0 : -errno;
+}
+
+long long lull_timerfd_take(int fd) {
+    uint64_t expirations = 0;
+    while (1) {
+        ssize_t result = read(fd, &expirations, sizeof expirations);
+        if (result == (ssize_t)sizeof expirations) return (long long)expirations;
+        if (result < 0 && errno == EINTR) continue;
+        if (result < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        return result < 0 ? -errno : -EIO;
+    }
 }
 
 // MARK: File-system objects (inotify)

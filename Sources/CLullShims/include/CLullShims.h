@@ -32,8 +32,11 @@ int lull_get_thread_ioprio(int32_t tid, int *value);
 /// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
 int lull_in_swift_task(void);
 
-/// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK).
+/// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK); 0 puts
+/// back the thread's default slack (the one it inherited when it was created).
 int lull_set_timer_slack(unsigned long nanoseconds);
+/// The calling thread's current timer slack in nanoseconds (prctl PR_GET_TIMERSLACK), or -errno.
+long lull_get_timer_slack(void);
 
 /// Waits while *address == expected, until woken or until the absolute
 /// CLOCK_MONOTONIC deadline (NULL: no deadline). Returns 0, EAGAIN, ETIMEDOUT or EINTR.
@@ -101,6 +104,20 @@ int lull_signal_count(void);
 int lull_clock_watch_create(void);
 /// After readiness: returns 1 if the clock was set (and re-arms the watch), 0 if not, -errno.
 int lull_clock_watch_check(int fd);
+
+// MARK: The reactor's precise timer
+
+/// A CLOCK_MONOTONIC timerfd, non-blocking and close-on-exec. Returns the fd or -errno.
+int lull_timerfd_create(void);
+/// Arms it once for the absolute CLOCK_MONOTONIC instant `deadline` (ns; 0 is taken as 1,
+/// since an all-zero time would disarm it). A past instant makes it readable at once.
+/// Returns 0 or -errno.
+int lull_timerfd_arm(int fd, uint64_t deadline);
+/// Disarms it (and discards an expiration not yet read). Returns 0 or -errno.
+int lull_timerfd_disarm(int fd);
+/// Reads the expirations since the last read (retried on EINTR): the count, 0 when there
+/// are none (EAGAIN), or -errno.
+long long lull_timerfd_take(int fd);
 
 // MARK: Descriptors
 

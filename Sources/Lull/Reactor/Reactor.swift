@@ -1,4 +1,5 @@
 import CLibevent
+import CLullShims
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -17,16 +18,35 @@ typealias ReactorCallback = event_callback_fn
 final class Reactor: Sendable {
     static let shared = Reactor(timerFired: { TimerEngine.shared.fire() })
 
-    /// libevent's base and timer event. They are created once and never freed (the reactor
+    /// libevent's base, the next-timer's timeout event (wide windows, see `TimerSlack`) and
+    /// the event of the precise timerfd. They are created once and never freed (the reactor
     /// lives as long as the process), and libevent serialises every call on them with the
     /// base's lock (`evthread_use_pthreads` runs before the base exists), so sharing the
     /// pointers between threads is safe.
     private nonisolated(unsafe) let base: OpaquePointer
     private nonisolated(unsafe) var timerEvent: OpaquePointer?
+    private nonisolated(unsafe) var preciseEvent: OpaquePointer?
+    /// The reactor's timerfd, used with `preciseEvent` (without either, every window is
+    /// armed on libevent's timeout, late by up to a tick plus a millisecond).
+    private let preciseTimer: PreciseTimer?
 
     private let timerFired: @Sendable () -> Void
-    /// The deadline the next-timer is armed for, if armed.
-    private let armedTimer = Mutex<UInt64?>(nil)
+
+    private struct TimerState {
+        /// The window armed, if any (nil: disarmed, or expired and not yet re-armed).
+        var armed: WakeWindow?
+        /// libevent's timeout event is pending.
+        var coarseAdded = false
+        /// The timerfd's event is in libevent's set.
+        var preciseAdded = false
+
+        /// Either event in libevent's set counts one in `interest`.
+        var counted: Bool { coarseAdded || preciseAdded }
+    }
+
+    private let timer = Mutex<TimerState>(TimerState())
+    /// The timer slack the poller sleeps with (ns; 0: its default), for the armed window.
+    private let sleepSlack = Atomic<UInt64>(0)
     /// Registered events plus an armed timer: while positive, someone must poll.
     private let interest = Atomic<Int>(0)
 
@@ -37,20 +57,41 @@ final class Reactor: Sendable {
         }
         guard let config = event_config_new() else { fatalError("Lull: event_config_new() failed: out of memory") }
         defer { event_config_free(config) }
-        // A precise monotonic clock: without it libevent reads CLOCK_MONOTONIC_COARSE and a
-        // timer could be armed up to one kernel tick short of its deadline.
-        event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue))
+        // Not EVENT_BASE_FLAG_PRECISE_TIMER: with it libevent sleeps on a timerfd of its own,
+        // which the thread's timer slack does not reach. Precision comes from our timerfd;
+        // libevent's timeout (on CLOCK_MONOTONIC_COARSE, in ms) only serves wide windows.
+        // No time cache: a timeout added from a callback must count from the clock, not from
+        // the time the loop woke.
+        event_config_set_flag(config, Int32(EVENT_BASE_FLAG_NO_CACHE_TIME.rawValue))
         guard let base = event_base_new_with_config(config) else {
             fatalError("Lull: event_base_new_with_config() failed: libevent found no usable backend (epoll)")
         }
         self.base = base
+        var precise: PreciseTimer?
+        do throws(PreciseTimerError) {
+            precise = try PreciseTimer.open()
+        } catch {
+            RuntimeLog.warning("\(error): timers wake on libevent's coarse clock, up to \(TimerSlack.coarseResolution / 1_000_000 + 1) ms late")
+        }
+        preciseTimer = precise
         let context = Unmanaged.passUnretained(self).toOpaque()
         guard let timer = event_new(base, -1, 0, { _, _, context in
-            Unmanaged<Reactor>.fromOpaque(context!).takeUnretainedValue().timerCallback()
+            Unmanaged<Reactor>.fromOpaque(context!).takeUnretainedValue().coarseTimerCallback()
         }, context) else {
             fatalError("Lull: event_new() for the reactor's timer failed: out of memory")
         }
         timerEvent = timer
+        if let descriptor = precise?.descriptor {
+            // Level-triggered: every callback drains the timerfd, so it never reports twice.
+            preciseEvent = event_new(base, descriptor, Int16(EV_READ | EV_PERSIST), { _, _, context in
+                Unmanaged<Reactor>.fromOpaque(context!).takeUnretainedValue().preciseTimerCallback()
+            }, context)
+            if preciseEvent == nil {
+                // Never used without its event (`arm` needs both): closed here, its only owner.
+                RuntimeLog.warning("event_new() for the reactor's timerfd failed: timers wake on libevent's coarse clock")
+                close(descriptor)
+            }
+        }
         ControlSocket.listen(on: base)
     }
 
@@ -66,11 +107,15 @@ final class Reactor: Sendable {
     }
 
     /// Runs one iteration of the event loop on the calling (leader) thread: waits for at
-    /// least one event and runs the callbacks of those that are ready.
-    func pollOnce() {
+    /// least one event and runs the callbacks of those that are ready. The thread sleeps with
+    /// the timer slack of the armed window, and is back at its default slack afterwards (the
+    /// work it runs next must not sleep with the reactor's slack).
+    func pollOnce(on thread: ThreadState) {
+        thread.applyTimerSlack(sleepSlack.load(ordering: .acquiring))
         let watched = Diagnostics.pollWillStart()
         let result = event_base_loop(base, EVLOOP_ONCE)
         Diagnostics.pollDidEnd(watched, result: result)
+        thread.applyTimerSlack(0)
         // 1 means nothing was registered when the loop started: the last event left while
         // this thread was on its way to poll. The caller looks at the interest again.
         if result < 0 {
@@ -78,53 +123,149 @@ final class Reactor: Sendable {
         }
     }
 
-    /// Arms the next-timer for `deadline` (monotonic ns), or disarms it with nil.
-    func setTimer(_ deadline: UInt64?) {
-        armedTimer.locked { armed in
-            guard let timerEvent else { return }
-            if let deadline {
-                let now = SystemClock.monotonicNanoseconds()
-                let delta = deadline > now ? deadline - now : 0
-                // Round up to whole microseconds: never earlier than asked.
-                let micros = (delta + 999) / 1000
-                var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
-                let wasArmed = armed != nil
-                armed = deadline
-                Diagnostics.reactorWillChange()
-                if event_add(timerEvent, &timeout) != 0 {
-                    RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
-                }
-                // Counted after the add, so that a poller woken by the count finds the event.
-                if !wasArmed {
-                    addInterest()
-                } else {
-                    // The leader may be away running work: a new deadline needs a poller now.
-                    WorkerPool.shared.ensurePoller()
-                }
-            } else if armed != nil {
-                armed = nil
-                // Uncounted first: the interest never counts an event libevent no longer has.
-                removeInterest()
-                // Never blocks: this runs on the polling thread (inside the timer callback)
-                // or with no callback of the timer running.
-                event_del_noblock(timerEvent)
+    /// Arms the next wake-up for `window` (monotonic ns), or disarms it with nil. See
+    /// `WakePlan` for how a window becomes a timerfd instant and perhaps an `epoll_wait`
+    /// timeout with timer slack.
+    func setTimer(_ window: WakeWindow?) {
+        timer.locked { state in
+            guard let window else {
+                state.armed = nil
+                disarm(&state)
+                return
+            }
+            let wasCounted = state.counted
+            state.armed = window
+            arm(window, &state)
+            // Counted after the add, so that a poller woken by the count finds the event.
+            if !wasCounted && state.counted {
+                addInterest()
+            } else {
+                // The leader may be away running work: a new deadline needs a poller now.
+                WorkerPool.shared.ensurePoller()
             }
         }
     }
 
-    private func timerCallback() {
-        Diagnostics.reactorTimerExpired()
-        let disarmed = armedTimer.locked { armed -> Bool in
-            // Another thread may have re-armed the timer between its expiry and this
-            // callback: then it is still pending and still counts.
-            guard let timerEvent, armed != nil, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {
+    /// Under the timer lock.
+    private func arm(_ window: WakeWindow, _ state: inout TimerState) {
+        let now = SystemClock.monotonicNanoseconds()
+        let coarseNow = SystemClock.coarseMonotonicNanoseconds()
+        var plan = TimerSlack.plan(window, now: now, coarseNow: coarseNow)
+        if let preciseTimer, let preciseEvent {
+            do throws(PreciseTimerError) {
+                // A system call of its own: a sleeping leader needs no libevent notification.
+                try preciseTimer.arm(at: plan.precise)
+                if !state.preciseAdded {
+                    Diagnostics.reactorWillChange()
+                    if event_add(preciseEvent, nil) == 0 {
+                        state.preciseAdded = true
+                    } else {
+                        RuntimeLog.once("timerfd-add") { "event_add for the reactor's timerfd failed; timers wake on libevent's coarse clock" }
+                    }
+                }
+            } catch {
+                RuntimeLog.once("timerfd-arm") { "\(error); timers wake on libevent's coarse clock" }
+            }
+        }
+        if !state.preciseAdded {
+            // Without the timerfd, libevent's timeout carries the window's end itself.
+            plan = WakePlan(precise: plan.precise, coarse: .init(
+                delayMicroseconds: TimerSlack.coarseDelay(until: window.latest, coarseNow: coarseNow), slack: 0))
+        }
+        let slack = plan.coarse?.slack ?? 0
+        let previousSlack = sleepSlack.exchange(slack, ordering: .acquiringAndReleasing)
+        if let coarse = plan.coarse, let timerEvent {
+            var timeout = timeval(tv_sec: Int(coarse.delayMicroseconds / 1_000_000),
+                                  tv_usec: Int(coarse.delayMicroseconds % 1_000_000))
+            Diagnostics.reactorWillChange()
+            if event_add(timerEvent, &timeout) == 0 {
+                state.coarseAdded = true
+            } else {
+                RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
+            }
+        } else if state.coarseAdded, let timerEvent {
+            Diagnostics.reactorWillChange()
+            event_del_noblock(timerEvent)
+            state.coarseAdded = false
+        }
+        // A leader asleep on another thread sleeps with the slack it read before the loop:
+        // it comes back out (and re-reads it) when the slack changes. On the poller itself
+        // (in a callback) the loop returns after the callbacks anyway.
+        if slack != previousSlack {
+            let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
+            if poller != 0 && poller != lull_gettid() { event_base_loopbreak(base) }
+        }
+    }
+
+    /// Under the timer lock: disarms both timers and takes them out of libevent's set.
+    private func disarm(_ state: inout TimerState) {
+        sleepSlack.store(0, ordering: .releasing)
+        if let preciseTimer, state.preciseAdded {
+            do throws(PreciseTimerError) {
+                try preciseTimer.disarm()
+            } catch {
+                RuntimeLog.once("timerfd-disarm") { "\(error)" }
+            }
+        }
+        guard state.counted else { return }
+        // Uncounted first: the interest never counts an event libevent no longer has.
+        removeInterest()
+        Diagnostics.reactorWillChange()
+        // Never blocks: this runs on the polling thread (inside a timer callback) or with
+        // no callback of the timers running.
+        if state.coarseAdded, let timerEvent {
+            event_del_noblock(timerEvent)
+            state.coarseAdded = false
+        }
+        if state.preciseAdded, let preciseEvent {
+            event_del_noblock(preciseEvent)
+            state.preciseAdded = false
+        }
+    }
+
+    /// libevent's timeout expired (by its coarse clock, which never runs ahead of ours).
+    private func coarseTimerCallback() {
+        let expired = timer.locked { state -> Bool in
+            // Another thread may have re-armed it between its expiry and this callback.
+            guard let timerEvent, state.coarseAdded, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {
                 return false
             }
-            armed = nil
+            state.coarseAdded = false
+            guard state.armed != nil else { return false }
+            state.armed = nil
             return true
         }
-        if disarmed { removeInterest() }
+        if expired { timerExpired() }
+    }
+
+    /// The timerfd is readable: the window's end has come.
+    private func preciseTimerCallback() {
+        let expired = timer.locked { state -> Bool in
+            guard let preciseTimer else { return false }
+            let expirations: UInt64
+            do throws(PreciseTimerError) {
+                expirations = try preciseTimer.takeExpirations()
+            } catch {
+                RuntimeLog.once("timerfd-read") { "\(error)" }
+                return false
+            }
+            // 0: re-armed from another thread since it expired.
+            guard expirations > 0, state.armed != nil else { return false }
+            state.armed = nil
+            return true
+        }
+        if expired { timerExpired() }
+    }
+
+    /// On the poller: fires the timers, then takes the reactor's timers out of the poll set
+    /// unless the engine armed them again (which it does while any timer is left).
+    private func timerExpired() {
+        Diagnostics.reactorTimerExpired()
         timerFired()
+        timer.locked { state in
+            guard state.armed == nil else { return }
+            disarm(&state)
+        }
     }
 
     /// Counts one more thing to poll for, and makes sure a poller exists: the last leader

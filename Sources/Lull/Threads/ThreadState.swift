@@ -33,6 +33,9 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
+    /// The timer slack this thread asked the kernel for (ns; 0: its default), so that the
+    /// poller calls prctl only when the value changes (see `TimerSlack`).
+    @exclusivity(unchecked) var timerSlack: UInt64 = 0
 
     private init(workerClass: QoS.QoSClass?) {
         tid = lull_gettid()

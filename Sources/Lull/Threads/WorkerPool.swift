@@ -260,7 +260,7 @@ final class WorkerPool: Sendable {
     private func poll(_ reactor: Reactor, thread: ThreadState, pool: ClassPool) {
         thread.pollingClass = pool.qosClass
         pollerThreadID.store(thread.tid, ordering: .releasing)
-        reactor.pollOnce()
+        reactor.pollOnce(on: thread)
         // Awake anyway: timers whose window has opened fire in this wake-up.
         TimerEngine.shared.fireIfDue()
         pollerThreadID.store(0, ordering: .releasing)
