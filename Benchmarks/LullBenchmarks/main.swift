@@ -9,7 +9,7 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
-        + TimerSourceBenchmarks.all + FileSystemBenchmarks.all + EchoBenchmark.all + ContextBenchmarks.all
+        + TimerSourceBenchmarks.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all + ContextBenchmarks.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
@@ -154,6 +154,9 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == childSubcommand {
     ChildMain.run(Array(arguments.dropFirst()))
+}
+if arguments.first == TimerSlackBenchmark.helperSubcommand {
+    TimerSlackBenchmark.helperMain(Array(arguments.dropFirst()))
 }
 if arguments.first == "idle-child" {
     // `lull-bench idle-child lull|dispatch [seconds]`: the idle benchmark alone, in this process.
