@@ -86,10 +86,71 @@ enum ChildProcess {
     /// Starts this binary with `arguments`, collects its standard output and error, and
     /// kills it (SIGKILL, by its pid) if it has not finished after `timeout` seconds.
     static func runSelf(_ arguments: [String], timeout: Double) -> ChildResult {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else {
-            return ChildResult(lines: [], termination: .couldNotStart(errno))
+        switch start(arguments) {
+        case .success(let child): child.collect(timeout: timeout)
+        case .failure(let error): ChildResult(lines: [], termination: .couldNotStart(error.code))
         }
+    }
+
+    struct SpawnError: Error {
+        let code: Int32
+    }
+
+    /// A started child whose standard output and error come through a pipe.
+    struct Running {
+        let pid: pid_t
+        let output: Int32
+
+        /// Reads its output to the end (killing it after `timeout` seconds) and reaps it.
+        func collect(timeout: Double) -> ChildResult {
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let deadline = Clock.now() &+ UInt64(timeout * 1e9)
+            var timedOut = false
+            while true {
+                let now = Clock.now()
+                guard now < deadline else {
+                    timedOut = true
+                    break
+                }
+                var descriptor = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+                let waitMilliseconds = Int32(min((deadline - now) / 1_000_000 + 1, 1000))
+                let ready = poll(&descriptor, 1, waitMilliseconds)
+                if ready < 0 && errno == EINTR { continue }
+                if ready < 0 { break }
+                if ready == 0 { continue }
+                let count = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    bytes.append(contentsOf: chunk[0..<count])
+                } else if count < 0 && errno == EINTR {
+                    continue
+                } else {
+                    break  // end of file: the child is done (or closed its output)
+                }
+            }
+            close(output)
+            if timedOut { kill(pid, SIGKILL) }
+
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            let termination: Termination
+            if timedOut {
+                termination = .timedOut
+            } else if status & 0x7F == 0 {
+                termination = .exited((status >> 8) & 0xFF)
+            } else {
+                termination = .signalled(status & 0x7F)
+            }
+            let text = String(decoding: bytes, as: UTF8.self)
+            return ChildResult(lines: text.split(separator: "\n").map(String.init), termination: termination)
+        }
+    }
+
+    /// Starts this binary with `arguments`, through `launcher` if given (a program and its
+    /// arguments that run the rest of the command line, such as `taskset -c 0`).
+    static func start(_ arguments: [String], launcher: [String] = []) -> Result<Running, SpawnError> {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return .failure(SpawnError(code: errno)) }
         let readEnd = fds[0]
         let writeEnd = fds[1]
 
@@ -101,58 +162,28 @@ enum ChildProcess {
         posix_spawn_file_actions_addclose(&actions, readEnd)
 
         let argv0 = CommandLine.arguments.first ?? "lull-bench"
-        var cArguments: [UnsafeMutablePointer<CChar>?] = ([argv0] + arguments).map { strdup($0) } + [nil]
+        // A launcher runs this binary by its path (/proc/self/exe would name the launcher).
+        let program = launcher.first ?? "/proc/self/exe"
+        let commandLine = launcher.isEmpty ? [argv0] + arguments : launcher + [selfPath()] + arguments
+        var cArguments: [UnsafeMutablePointer<CChar>?] = commandLine.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
 
         var pid: pid_t = 0
-        let spawnError = posix_spawn(&pid, "/proc/self/exe", &actions, nil, &cArguments, environ)
+        let spawnError = posix_spawn(&pid, program, &actions, nil, &cArguments, environ)
         posix_spawn_file_actions_destroy(&actions)
         close(writeEnd)
         guard spawnError == 0 else {
             close(readEnd)
-            return ChildResult(lines: [], termination: .couldNotStart(spawnError))
+            return .failure(SpawnError(code: spawnError))
         }
+        return .success(Running(pid: pid, output: readEnd))
+    }
 
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        let deadline = Clock.now() &+ UInt64(timeout * 1e9)
-        var timedOut = false
-        while true {
-            let now = Clock.now()
-            guard now < deadline else {
-                timedOut = true
-                break
-            }
-            var descriptor = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
-            let waitMilliseconds = Int32(min((deadline - now) / 1_000_000 + 1, 1000))
-            let ready = poll(&descriptor, 1, waitMilliseconds)
-            if ready < 0 && errno == EINTR { continue }
-            if ready < 0 { break }
-            if ready == 0 { continue }
-            let count = chunk.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
-            if count > 0 {
-                bytes.append(contentsOf: chunk[0..<count])
-            } else if count < 0 && errno == EINTR {
-                continue
-            } else {
-                break  // end of file: the child is done (or closed its output)
-            }
-        }
-        close(readEnd)
-        if timedOut { kill(pid, SIGKILL) }
-
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let termination: Termination
-        if timedOut {
-            termination = .timedOut
-        } else if status & 0x7F == 0 {
-            termination = .exited((status >> 8) & 0xFF)
-        } else {
-            termination = .signalled(status & 0x7F)
-        }
-        let text = String(decoding: bytes, as: UTF8.self)
-        return ChildResult(lines: text.split(separator: "\n").map(String.init), termination: termination)
+    /// The path of this binary.
+    static func selfPath() -> String {
+        guard let pointer = realpath("/proc/self/exe", nil) else { return "/proc/self/exe" }
+        defer { free(pointer) }
+        return String(cString: pointer)
     }
 }
 

@@ -55,18 +55,19 @@ enum TimerSlackBenchmark {
         let slack = runtime == .lull
         let base = Clock.now() &+ 500_000_000
         let pinned = access("/usr/bin/taskset", X_OK) == 0
-        var helpers: [HelperProcess] = []
+        var helpers: [ChildProcess.Running] = []
         for index in 0..<parameters.n {
             let arguments = [helperSubcommand, slack ? "on" : "off", String(index), String(base), "\(parameters.seconds)"]
-            guard let helper = HelperProcess.start(arguments, pinnedToCPU0: pinned) else {
-                return .failed("could not start helper process \(index): errno \(errno)")
+            switch ChildProcess.start(arguments, launcher: pinned ? ["/usr/bin/taskset", "-c", "0"] : []) {
+            case .success(let helper): helpers.append(helper)
+            case .failure(let error): return .failed("could not start helper process \(index): errno \(error.code)")
             }
-            helpers.append(helper)
         }
+        // Collected one after the other: the others' few lines wait in their pipes.
         let timeout = Double(warmUp) / 1e9 + parameters.seconds + parameters.runTimeout
         var reports: [HelperReport] = []
         for (index, helper) in helpers.enumerated() {
-            let lines = helper.finish(timeout: timeout)
+            let lines = helper.collect(timeout: timeout).lines
             guard let report = HelperReport(lines) else {
                 return .failed("helper process \(index) reported nothing usable: \(lines.suffix(3).joined(separator: " | "))")
             }
@@ -227,66 +228,5 @@ struct HelperReport {
             }
         }
         if complete < 3 { return nil }
-    }
-}
-
-/// A helper started with `posix_spawn`, its standard output (and error) on a pipe.
-struct HelperProcess {
-    let pid: pid_t
-    let output: Int32
-
-    static func start(_ arguments: [String], pinnedToCPU0: Bool) -> HelperProcess? {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { return nil }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
-        posix_spawn_file_actions_addclose(&actions, fds[1])
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        let program = pinnedToCPU0 ? "/usr/bin/taskset" : "/proc/self/exe"
-        let executable = realpath("/proc/self/exe", nil).map { pointer -> String in
-            defer { free(pointer) }
-            return String(cString: pointer)
-        } ?? "/proc/self/exe"
-        let full = (pinnedToCPU0 ? ["taskset", "-c", "0", executable] : [executable]) + arguments
-        var cArguments: [UnsafeMutablePointer<CChar>?] = full.map { strdup($0) } + [nil]
-        defer { for pointer in cArguments { free(pointer) } }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, program, &actions, nil, &cArguments, environ)
-        posix_spawn_file_actions_destroy(&actions)
-        close(fds[1])
-        guard result == 0 else {
-            close(fds[0])
-            errno = result
-            return nil
-        }
-        return HelperProcess(pid: pid, output: fds[0])
-    }
-
-    /// Reads its output to the end (killing it after `timeout` seconds) and reaps it.
-    func finish(timeout: Double) -> [String] {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65_536)
-        let deadline = Clock.now() &+ UInt64(timeout * 1e9)
-        while Clock.now() < deadline {
-            var descriptor = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&descriptor, 1, Int32(min((deadline - Clock.now()) / 1_000_000 + 1, 60_000)))
-            if ready < 0 && errno == EINTR { continue }
-            if ready <= 0 { continue }
-            let count = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
-            if count > 0 {
-                bytes.append(contentsOf: chunk[0..<count])
-            } else if count < 0 && errno == EINTR {
-                continue
-            } else {
-                break
-            }
-        }
-        close(output)
-        kill(pid, SIGKILL)  // a no-op when it has exited (it is not reaped yet, so the pid is still its own)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 }
