@@ -116,7 +116,8 @@ int lull_timerfd_arm(int fd, uint64_t deadline);
 /// Disarms it (and discards an expiration not yet read). Returns 0 or -errno.
 int lull_timerfd_disarm(int fd);
 /// Reads the expirations since the last read (retried on EINTR): the count, 0 when there
-/// are none (EAGAIN), or -errno.
+/// are none (EAGAIN), or -errno. (The reactor never reads its timerfd: a re-arm resets the
+/// count. Tests read it.)
 long long lull_timerfd_take(int fd);
 
 // MARK: Descriptors

@@ -9,7 +9,6 @@ struct PreciseTimerError: Error, Equatable, CustomStringConvertible {
         case create = "timerfd_create"
         case arm = "timerfd_settime (arm)"
         case disarm = "timerfd_settime (disarm)"
-        case read = "read"
     }
 
     let operation: Operation
@@ -53,13 +52,5 @@ struct PreciseTimer: Sendable {
     func disarm() throws(PreciseTimerError) {
         let result = lull_timerfd_disarm(descriptor)
         guard result == 0 else { throw PreciseTimerError(operation: .disarm, errno: -result) }
-    }
-
-    /// Takes the expirations since the last call: 0 when it has not expired since it was
-    /// last armed (a re-arm from another thread between the expiry and this read, say).
-    func takeExpirations() throws(PreciseTimerError) -> UInt64 {
-        let result = lull_timerfd_take(descriptor)
-        guard result >= 0 else { throw PreciseTimerError(operation: .read, errno: Int32(truncatingIfNeeded: -result)) }
-        return UInt64(result)
     }
 }

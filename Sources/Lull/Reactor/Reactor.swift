@@ -82,8 +82,9 @@ final class Reactor: Sendable {
         }
         timerEvent = timer
         if let descriptor = precise?.descriptor {
-            // Level-triggered: every callback drains the timerfd, so it never reports twice.
-            preciseEvent = event_new(base, descriptor, Int16(EV_READ | EV_PERSIST), { _, _, context in
+            // Edge-triggered: each expiry reports once, and its count is never read (a
+            // re-arm resets it); the callback tells an expiry by the clock, not by a read.
+            preciseEvent = event_new(base, descriptor, Int16(EV_READ | EV_PERSIST | EV_ET), { _, _, context in
                 Unmanaged<Reactor>.fromOpaque(context!).takeUnretainedValue().preciseTimerCallback()
             }, context)
             if preciseEvent == nil {
@@ -238,19 +239,11 @@ final class Reactor: Sendable {
         if expired { timerExpired() }
     }
 
-    /// The timerfd is readable: the window's end has come.
+    /// The timerfd expired: the window's end has come, unless another thread re-armed it
+    /// for later between the expiry and this callback.
     private func preciseTimerCallback() {
         let expired = timer.locked { state -> Bool in
-            guard let preciseTimer else { return false }
-            let expirations: UInt64
-            do throws(PreciseTimerError) {
-                expirations = try preciseTimer.takeExpirations()
-            } catch {
-                RuntimeLog.once("timerfd-read") { "\(error)" }
-                return false
-            }
-            // 0: re-armed from another thread since it expired.
-            guard expirations > 0, state.armed != nil else { return false }
+            guard let armed = state.armed, armed.latest <= SystemClock.monotonicNanoseconds() else { return false }
             state.armed = nil
             return true
         }
