@@ -158,6 +158,39 @@ extension LullSuite {
             #expect(workSlack.await() == defaultSlack)
         }
 
+        @Test func aLeaderAsleepTakesTheSlackOfAWindowArmedFromAnotherThread() {
+            guard TimerSlack.isUsable else { return }
+            let defaultSlack = lull_get_timer_slack()
+            let warmed = Flag()
+            WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
+            #expect(waitUntil { warmed.isSet })
+            func pollerSlack() -> Int? {
+                let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
+                return poller == 0 ? nil : Self.timerSlack(ofThread: poller)
+            }
+            func timer(_ flags: TimerFlags = [], in delay: Duration, leeway: Duration) -> TimerSource {
+                let timer = EventSource.makeTimerSource(flags: flags, queue: WorkQueue.global())
+                timer.setEventHandler {}
+                timer.schedule(deadline: .now() + delay, leeway: leeway)
+                timer.activate()
+                return timer
+            }
+            // A wide window: the leader sleeps with most of its last quarter as slack.
+            let far = timer(in: .seconds(20), leeway: .seconds(8))
+            defer { far.cancel() }
+            #expect(waitUntil { (pollerSlack() ?? 0) > 1_000_000_000 }, "last seen \(pollerSlack() ?? -1)")
+            // From this thread, a window that ends earlier with less slack: the leader must
+            // come out of its sleep and sleep again with the new slack.
+            let nearer = timer(in: .seconds(10), leeway: .seconds(2))
+            defer { nearer.cancel() }
+            #expect(waitUntil { (pollerSlack() ?? 0) > defaultSlack && (pollerSlack() ?? .max) < 600_000_000 },
+                    "last seen \(pollerSlack() ?? -1)")
+            // A narrow window: back to the default slack (it wakes on the timerfd).
+            let strict = timer(.strict, in: .seconds(5), leeway: .zero)
+            defer { strict.cancel() }
+            #expect(waitUntil { pollerSlack() == defaultSlack }, "last seen \(pollerSlack() ?? -1)")
+        }
+
         static func timerSlack(ofThread tid: Int32) -> Int? {
             var length: UInt = 0
             guard let text = lull_read_small_file("/proc/\(tid)/timerslack_ns", &length) else { return nil }
