@@ -152,6 +152,7 @@ final class Reactor: Sendable {
         let now = SystemClock.monotonicNanoseconds()
         let coarseNow = SystemClock.coarseMonotonicNanoseconds()
         var plan = TimerSlack.plan(window, now: now, coarseNow: coarseNow)
+        var armedPrecisely = false
         if let preciseTimer, let preciseEvent {
             do throws(PreciseTimerError) {
                 // A system call of its own: a sleeping leader needs no libevent notification.
@@ -164,11 +165,12 @@ final class Reactor: Sendable {
                         RuntimeLog.once("timerfd-add") { "event_add for the reactor's timerfd failed; timers wake on libevent's coarse clock" }
                     }
                 }
+                armedPrecisely = state.preciseAdded
             } catch {
                 RuntimeLog.once("timerfd-arm") { "\(error); timers wake on libevent's coarse clock" }
             }
         }
-        if !state.preciseAdded {
+        if !armedPrecisely {
             // Without the timerfd, libevent's timeout carries the window's end itself.
             plan = WakePlan(precise: plan.precise, coarse: .init(
                 delayMicroseconds: TimerSlack.coarseDelay(until: window.latest, coarseNow: coarseNow), slack: 0))
