@@ -196,7 +196,10 @@ final class Reactor: Sendable {
         // (in a callback) the loop returns after the callbacks anyway.
         if slack != previousSlack {
             let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
-            if poller != 0 && poller != lull_gettid() { event_base_loopbreak(base) }
+            if poller != 0 && poller != lull_gettid() {
+                Diagnostics.reactorWillChange()
+                event_base_loopbreak(base)
+            }
         }
     }
 
