@@ -9,16 +9,15 @@ class TimerEntry: @unchecked Sendable {
     // Fields in declaration order, the odd-sized ones last: a timer source's driver
     // (which is its entry) stays a size class smaller.
     var deadline: UInt64 = 0
-    var latest: UInt64 = 0
     var leeway: UInt64 = 0
-    /// Unique per scheduling: orders equal times, and tells a fire of an earlier scheduling
-    /// of the same entry from the current one.
+    /// Unique per scheduling: orders equal deadlines, and tells a fire of an earlier
+    /// scheduling of the same entry from the current one.
     var sequence: UInt64 = 0
-    var deadlineSlot: Int32 = -1
-    var latestSlot: Int32 = -1
     /// For a wall-clock timer, the deadline on CLOCK_REALTIME: the monotonic `deadline` is
     /// recomputed from it when the system clock is set.
     var wallDeadline: UInt64?
+    /// Where the entry is in the engine's heap; -1: not scheduled.
+    var slot: Int32 = -1
     /// The runtime's own (the stall check): not counted among the program's timers.
     let isHousekeeping: Bool
 
@@ -26,7 +25,13 @@ class TimerEntry: @unchecked Sendable {
         self.isHousekeeping = isHousekeeping
     }
 
-    var isScheduled: Bool { deadlineSlot >= 0 }
+    var isScheduled: Bool { slot >= 0 }
+
+    /// The end of the window: the deadline plus the leeway, at most the end of the clock.
+    var latest: UInt64 {
+        let (sum, overflow) = deadline.addingReportingOverflow(leeway)
+        return overflow ? .max : sum
+    }
 
     /// The engine fired the scheduling `sequence` of this entry (outside the engine's lock:
     /// the entry may have been rescheduled since).
