@@ -29,7 +29,9 @@ final class TimerEngine: Sendable {
         var windowEndIsExact = true
         /// Starts at 1: a timer driver uses 0 for "no scheduling".
         var nextSequence: UInt64 = 1
-        var wallEntries: [ObjectIdentifier: TimerEntry] = [:]
+        /// Wall-clock entries and their CLOCK_REALTIME deadlines: the monotonic deadline is
+        /// recomputed from it when the system clock is set.
+        var wallEntries: [ObjectIdentifier: (entry: TimerEntry, wallDeadline: UInt64)] = [:]
         var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
         /// The window end the reactor's timer is armed for, if armed.
         var armedAt: UInt64?
@@ -50,13 +52,12 @@ final class TimerEngine: Sendable {
             remove(entry, from: &state)
             entry.deadline = deadline
             entry.leeway = leeway
-            entry.wallDeadline = wallDeadline
             entry.sequence = state.nextSequence
             state.nextSequence &+= 1
             insert(entry, into: &state)
             if entry.isHousekeeping { state.housekeeping += 1 }
-            if wallDeadline != nil {
-                state.wallEntries[ObjectIdentifier(entry)] = entry
+            if let wallDeadline {
+                state.wallEntries[ObjectIdentifier(entry)] = (entry, wallDeadline)
                 watchClock(&state)
             }
             rearm(&state)
@@ -82,7 +83,7 @@ final class TimerEngine: Sendable {
         guard entry.isScheduled else { return }
         take(entry, from: &state)
         if entry.isHousekeeping { state.housekeeping -= 1 }
-        if entry.wallDeadline != nil { state.wallEntries[ObjectIdentifier(entry)] = nil }
+        if !state.wallEntries.isEmpty { state.wallEntries[ObjectIdentifier(entry)] = nil }
     }
 
     /// Puts a scheduled entry in the heap, keeping the window-end bound.
@@ -125,20 +126,20 @@ final class TimerEngine: Sendable {
     /// The reactor's timer fired: fire everything whose window has opened.
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
-        var due: [(entry: TimerEntry, sequence: UInt64)] = []
+        var due: [(entry: TimerEntry, sequence: UInt64, deadline: UInt64, leeway: UInt64)] = []
         state.locked { state in
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).
             state.armedAt = nil
             while let first = state.timers.first, first.deadline <= now {
                 remove(first, from: &state)
-                due.append((first, first.sequence))
+                due.append((first, first.sequence, first.deadline, first.leeway))
             }
             rearm(&state)
         }
-        for (entry, sequence) in due {
-            Diagnostics.timerWillFire(entry, now: now)
-            entry.fired(sequence: sequence, now: now)
+        for (entry, sequence, deadline, leeway) in due {
+            Diagnostics.timerWillFire(entry, deadline: deadline, leeway: leeway, now: now)
+            entry.fired(sequence: sequence, deadline: deadline, now: now)
         }
     }
 
@@ -178,8 +179,7 @@ final class TimerEngine: Sendable {
         state.locked { state in
             let wallNow = SystemClock.realtimeNanoseconds()
             let monotonicNow = SystemClock.monotonicNanoseconds()
-            for entry in state.wallEntries.values {
-                guard let wall = entry.wallDeadline else { continue }
+            for (entry, wall) in state.wallEntries.values {
                 take(entry, from: &state)
                 entry.deadline = monotonicDeadline(forWall: wall, wallNow: wallNow, monotonicNow: monotonicNow)
                 insert(entry, into: &state)
