@@ -2,6 +2,7 @@
 #include "CLullShims.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -23,6 +24,10 @@
 #define LULL_IOPRIO_WHO_PROCESS 1
 
 int32_t lull_gettid(void) { return (int32_t)syscall(SYS_gettid); }
+
+size_t lull_malloc_usable_size(const void *block) {
+    return malloc_usable_size((void *)block);
+}
 
 int lull_set_thread_name(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : errno;

@@ -79,6 +79,29 @@ extension LullSuite {
             #expect(stranger.slot == -1)
         }
 
+        @Test func leewaysKeepTheirNanosecondsUpTo2sAndRoundDownToMillisecondsAbove() {
+            let entry = CallbackEntry({})
+            for exact: UInt64 in [0, 1, 999, 1_000_000, 123_456_789, 2_147_483_647] {
+                entry.leeway = exact
+                #expect(entry.leeway == exact)
+            }
+            // Above 2^31 ns: whole milliseconds, rounded down (a narrower window, never a later fire).
+            for (given, kept): (UInt64, UInt64) in [(2_147_483_648, 2_147_000_000), (2_500_000_000, 2_500_000_000),
+                                                    (60_000_000_999, 60_000_000_000),
+                                                    (86_400_000_000_000, 86_400_000_000_000)] {
+                entry.leeway = given
+                #expect(entry.leeway == kept, "\(given) ns")
+            }
+            // The widest finite leeway is about 24.8 days; anything wider (short of "no end")
+            // keeps that; .max is "no end" and the window never closes.
+            entry.leeway = .max - 1
+            #expect(entry.leeway == 2_147_483_646 * 1_000_000)
+            entry.leeway = .max
+            #expect(entry.leeway == .max)
+            entry.deadline = 5
+            #expect(entry.latest == .max)
+        }
+
         // MARK: Entries
 
         @Test func schedulingAddsOneEntryReschedulingReplacesItAndCancelRemovesIt() {

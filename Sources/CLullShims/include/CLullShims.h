@@ -1,6 +1,7 @@
 #ifndef LULL_SHIMS_H
 #define LULL_SHIMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -9,6 +10,10 @@
 
 /// The kernel thread id of the calling thread.
 int32_t lull_gettid(void);
+
+/// The usable size of a block from malloc (malloc_usable_size): what an object really costs,
+/// for the tests that keep the runtime's per-object memory in check.
+size_t lull_malloc_usable_size(const void *block);
 
 /// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc.
 int lull_set_thread_name(const char *name);
