@@ -96,7 +96,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     var handle: UInt { 0 }
     /// The events the source was created to watch.
     var mask: UInt { 0 }
-    /// Starts watching. Returns why it could not, or nil.
+    /// Starts watching, for a kind that can do it under the core's lock (a timer, whose
+    /// registration is its own entry in the engine): returns true when done. The default,
+    /// false, registers outside the lock with `registerKind()`.
+    func registerKind(_ state: inout State) -> Bool { false }
+    /// Starts watching (outside the lock). Returns why it could not, or nil.
     func registerKind() -> (any Error)? { nil }
     /// Stops watching: when this returns, nothing merges into the source any more.
     func unregisterKind() {}
@@ -148,22 +152,27 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let first = state.locked { state -> Bool in
-            if state.flags.contains(.activated) { return false }
+        let (first, registeredHere, runsNow) = state.locked { state -> (Bool, Bool, Bool) in
+            if state.flags.contains(.activated) { return (false, false, false) }
             state.flags.insert(.activated)
             // No registration handler, no job: activating a source costs no hand-off.
             if !isCancelled && state.registrationHandler != nil { state.flags.insert(.registrationHandlerDue) }
-            return true
+            guard !isCancelled, registerKind(&state) else { return (true, false, true) }
+            state.flags.insert(.registered)
+            return (true, true, state.flags.contains(.registrationHandlerDue))
         }
         guard first else { return }
-        if !isCancelled {
+        if !registeredHere && !isCancelled {
             if let error = registerKind() {
                 fail(error)
             } else {
                 state.locked { _ = $0.flags.insert(.registered) }
             }
         }
-        changed()
+        // Registered under the lock with nothing due (no registration handler, no cancel,
+        // nothing merged before activation: a merge then found the source inactive and left
+        // the pending value for this check), there is no decision to make.
+        if runsNow || !registeredHere || isCancelled || pending.load(ordering: .acquiring) != 0 { changed() }
     }
 
     func suspend() {

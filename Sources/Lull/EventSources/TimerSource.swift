@@ -154,12 +154,12 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
         }
     }
 
-    override func registerKind() -> (any Error)? {
-        withState { state in
-            state.flags.insert(TimerCore.live)
-            if state.flags.contains(TimerCore.hasSchedule) { arm(&state) }
-        }
-        return nil
+    /// Under the core's lock, which `cancel`'s unregistration takes after setting the
+    /// cancelled flag: a cancel that races with activation disarms after this arms.
+    override func registerKind(_ state: inout State) -> Bool {
+        state.flags.insert(TimerCore.live)
+        if state.flags.contains(TimerCore.hasSchedule) { arm(&state) }
+        return true
     }
 
     override func unregisterKind() {
