@@ -20,7 +20,9 @@ public struct TimerFlags: OptionSet, Sendable {
 /// - A fire is due in its window [deadline, deadline + leeway] — never earlier — and fires in
 ///   one wake-up with every other timer whose window is open then (see `TimerEngine`).
 ///   Without `.strict` the leeway is at least the documented default for the queue's QoS
-///   (`DefaultLeeway`); the leeway of a repeating timer is capped at its interval.
+///   (`DefaultLeeway`); the leeway of a repeating timer is capped at its interval. A leeway
+///   above about 2.1 s is kept in whole milliseconds, rounded down (never a later fire), and
+///   at most about 24.8 days unless it is unbounded (`.distantFuture`-sized).
 /// - A deadline in the past fires at once; `.distantFuture` never fires; an interval of
 ///   zero or less makes the timer a one-shot.
 /// - Wall-clock timers (`schedule(wallDeadline:...)`) follow changes of the system clock.
@@ -124,6 +126,10 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             let delay: UInt64
             if let interval {
                 delay = interval
+            } else if !isWall, start > SystemClock.coarseMonotonicNanoseconds() &+ DefaultLeeway.saturatingDelay {
+                // Far enough that the default is at its cap whatever the exact delay: the
+                // coarse clock (behind by at most a tick) is enough, and cheaper.
+                delay = DefaultLeeway.saturatingDelay
             } else {
                 let now = SystemClock.monotonicNanoseconds()
                 let deadline = isWall ? monotonicDeadline(forWall: start, monotonicNow: now) : start
