@@ -21,7 +21,7 @@ extension LullSuite {
             var heap = TimerHeap()
             var random = TimerTestKit.Random(seed: 0x4EA9)
             var live: [TimerEntry] = []
-            var sequence: UInt64 = 0
+            var sequence: UInt32 = .max - 1000  // wraps through 0 midway
             var misordered = 0
             var wrongEnds = 0
             var badSlots = 0
@@ -33,7 +33,7 @@ extension LullSuite {
                     entry.deadline = UInt64.random(in: 0...200, using: &random)
                     entry.leeway = step % 97 == 0 ? .max : UInt64.random(in: 0...200, using: &random)
                     entry.sequence = sequence
-                    sequence += 1
+                    sequence = TimerSequence.next(after: sequence)
                     heap.insert(entry)
                     live.append(entry)
                 } else {
@@ -62,7 +62,7 @@ extension LullSuite {
             #expect(stranger.slot == 0, "removing from the wrong heap touched the entry")
 
             // Draining gives the keys in order, ties in insertion order.
-            var previous: (UInt64, UInt64)?
+            var previous: (UInt64, UInt32)?
             var drained = 0
             while let first = heap.first {
                 let key = TimerTestKit.key(of: first)
@@ -486,8 +486,10 @@ enum TimerTestKit {
         }
     }
 
-    static func key(of entry: TimerEntry) -> (UInt64, UInt64) {
-        (entry.deadline, entry.sequence)
+    /// The heap's order: deadline, then scheduling number (which may wrap: compared as the
+    /// heap does, relative to the first one the test used).
+    static func key(of entry: TimerEntry) -> (UInt64, UInt32) {
+        (entry.deadline, entry.sequence &- (UInt32.max - 1000))
     }
 
     /// The fewest instants that hit every window [start, end]: sort by end, stab at the

@@ -15,6 +15,12 @@ int32_t lull_gettid(void);
 /// for the tests that keep the runtime's per-object memory in check.
 size_t lull_malloc_usable_size(const void *block);
 
+/// The calling thread's last timer creation site and its number in the runtime's table of
+/// sites (a thread-local one-entry cache: a loop creating timers looks it up once).
+/// `lull_site_cache_get` returns 0 when the cache holds another site.
+uint32_t lull_site_cache_get(const void *file, uint32_t line);
+void lull_site_cache_put(const void *file, uint32_t line, uint32_t number);
+
 /// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc.
 int lull_set_thread_name(const char *name);
 

@@ -15,40 +15,51 @@ import Synchronization
 ///
 /// What depends on the kind is in the subclass: `TimerCore` (a timer: the core is its own
 /// entry in the timer engine, which is why every core is a `TimerEntry`) and
-/// `DrivenSourceCore` (every other kind, through a `SourceDriver`). The layout is counted
-/// in bytes: the fields after the entry's 40 sit in declaration order, the one-byte ones
-/// together, so that a core is 136 bytes and a timer's 152 (a 160-byte malloc chunk).
+/// `DrivenSourceCore` (every other kind, through a `SourceDriver`).
+///
+/// The layout is counted in bytes, because a million idle timers are mostly these objects
+/// and because of where malloc puts them: Swift lays fields out in declaration order, so
+/// the small ones sit in the gaps after the entry's 36 bytes and each other, the cancel
+/// handler lives in the extras box, and the core is 112 bytes — a timer's 120, a 128-byte
+/// chunk, the largest size glibc keeps in its fast bins, whose frees from another thread
+/// (the worker that ran the cancel handler frees the core) take no lock. A timer a size
+/// larger spent a quarter of its creating thread's time in the arena lock it shared with
+/// the workers' frees (`lull-bench timer-churn` under perf). `SourceFootprintTests` keep it.
 ///
 /// `@unchecked Sendable`: the class is not final (see above); its own stored properties are
 /// `let`s of `Sendable` types, and the inherited entry fields follow `TimerEntry`'s rule.
 class SourceCore: TimerEntry, @unchecked Sendable {
+    /// Bumped by every merge and state change: tells a deciding thread that something
+    /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
+    /// thread decides is not a concern).
+    private let changes = Atomic<UInt32>(0)
     let target: WorkQueue
     let mergeRule: SourceMerge
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
     private let scheduled = Atomic<Bool>(false)
-    /// Bumped by every merge and state change: tells a deciding thread that something
-    /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
-    /// thread decides is not a concern).
-    private let changes = Atomic<UInt32>(0)
+    /// The step the posted job runs (a `Step`'s raw value; 0: none). Written only by the
+    /// thread that holds `scheduled`, read by the job it posted: the queue's hand-off orders
+    /// the two, and the job reads it without the lock.
+    private let postedStep = Atomic<UInt8>(0)
+    /// 32 bits the kind keeps here, in what would be padding (a timer's site and flag, a
+    /// descriptor source's handle).
+    let kindWord: UInt32
     private let pending = Atomic<UInt>(0)
     private let delivered = Atomic<UInt>(0)
     private let state = Mutex<State>(State())
 
-    /// Fields in declaration order, each small one in the padding after a larger one (56
+    /// Fields in declaration order, each small one in the padding after a larger one (32
     /// bytes in all).
     struct State {
         var eventHandler: SourceHandler?
         var flags: Flags = []
-        /// The step the posted job runs (one job at a time: one slot).
-        fileprivate var postedStep: Step?
         var suspendCount: Int32 = 0
-        var cancelHandler: SourceHandler?
-        /// The registration handler, the registration error and what a kind keeps only for
-        /// some sources, boxed: most sources have none of it, and inline it would make every
-        /// source larger.
+        /// The cancel and registration handlers, the registration error: boxed, as most
+        /// sources have none of them or (the cancel handler) need it once, at the end.
         var extras: SourceExtras?
 
+        var cancelHandler: SourceHandler? { extras?.cancelHandler }
         var registrationHandler: SourceHandler? { extras?.registrationHandler }
         var registrationError: EventSourceError? { extras?.registrationError }
     }
@@ -65,8 +76,8 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         static let kindBit1 = Flags(rawValue: 1 << 5)
     }
 
-    fileprivate enum Step {
-        case registration
+    fileprivate enum Step: UInt8 {
+        case registration = 1
         case delivery
         case cancellation
     }
@@ -82,9 +93,10 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         case event, cancel, registration
     }
 
-    init(target: WorkQueue?, merge: SourceMerge) {
+    init(target: WorkQueue?, merge: SourceMerge, kindWord: UInt32) {
         self.target = target ?? WorkQueue.global()
         self.mergeRule = merge
+        self.kindWord = kindWord
         super.init()
     }
 
@@ -138,7 +150,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         let replaced = state.locked { state -> SourceHandler? in
             switch slot {
             case .event: defer { state.eventHandler = handler }; return state.eventHandler
-            case .cancel: defer { state.cancelHandler = handler }; return state.cancelHandler
+            case .cancel:
+                if handler == nil && state.extras == nil { return nil }
+                let box = extras(&state)
+                defer { box.cancelHandler = handler }
+                return box.cancelHandler
             case .registration:
                 if handler == nil && state.extras == nil { return nil }
                 let box = extras(&state)
@@ -270,12 +286,9 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            let qos = state.locked { state -> QoS? in
-                guard let (step, qos) = nextStep(&state) else { return nil }
-                state.postedStep = step
-                return qos
-            }
-            if let qos {
+            let decided = state.locked { state -> (Step, QoS)? in nextStep(&state) }
+            if let (step, qos) = decided {
+                postedStep.store(step.rawValue, ordering: .releasing)
                 target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
                 return
             }
@@ -305,7 +318,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     /// The job `scheduleNext` posted, on the target queue; then the next decision.
     func runPostedStep() {
-        guard let step = state.locked({ $0.postedStep.take() }) else {
+        guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
             lullFatal("\(name): a job ran with no step posted")
         }
         switch step {
@@ -316,7 +329,10 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         case .delivery:
             deliver()
         case .cancellation:
+            // The last step there is: the source keeps `scheduled` for good, so that
+            // nothing decides or posts again.
             finishCancellation()
+            return
         }
         scheduled.store(false, ordering: .releasing)
         scheduleNext()
@@ -340,7 +356,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         var released = state.locked { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
             defer {
                 state.eventHandler = nil
-                state.cancelHandler = nil
+                state.extras?.cancelHandler = nil
                 state.extras?.registrationHandler = nil
             }
             return (state.cancelHandler, (state.eventHandler, state.registrationHandler))
@@ -356,6 +372,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 ///
 /// `@unchecked Sendable`: only read and written inside its core's lock.
 class SourceExtras: @unchecked Sendable {
+    var cancelHandler: SourceHandler?
     var registrationHandler: SourceHandler?
     var registrationError: EventSourceError?
 }
@@ -363,22 +380,20 @@ class SourceExtras: @unchecked Sendable {
 /// The core of every kind but timers: what depends on the kind is in its `SourceDriver`.
 final class DrivenSourceCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; adds `let`s of Sendable types
     private let kindType: EventSourceBase.Type
-    /// What the source watches and its mask, in 32 bits each (descriptors, signal numbers,
-    /// process ids and every mask fit).
-    private let handleBits: UInt32
-    private let maskBits: UInt32
     let driver: any SourceDriver
+    /// The mask in 32 bits (every mask fits); the handle is the core's `kindWord`
+    /// (descriptors, signal numbers and process ids fit).
+    private let maskBits: UInt32
 
     init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
         kindType = kind
-        handleBits = UInt32(truncatingIfNeeded: handle)
-        maskBits = UInt32(truncatingIfNeeded: mask)
         self.driver = driver
-        super.init(target: target, merge: merge)
+        maskBits = UInt32(truncatingIfNeeded: mask)
+        super.init(target: target, merge: merge, kindWord: UInt32(truncatingIfNeeded: handle))
     }
 
     override var kind: EventSourceBase.Type { kindType }
-    override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: handleBits)) }
+    override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: kindWord)) }
     override var mask: UInt { UInt(maskBits) }
     override func registerKind() -> (any Error)? { driver.register(self) }
     override func unregisterKind() { driver.unregister(self) }

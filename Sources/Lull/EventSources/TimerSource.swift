@@ -74,37 +74,41 @@ extension EventSource {
 /// read and written under the core's lock (`withState`); the entry fields also by the
 /// engine, under its lock, nested inside ours (`arm`), and only while the entry is in the
 /// engine — so a one-shot writes its window straight into them only while it is not.
-final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; adds `let`s (`siteFile` is a literal, see TimerSite)
-    private let siteFile: UnsafePointer<UInt8>
-    private let siteLine: UInt32
-    let strict: Bool
+final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; `box` is read and written only under the core's lock
+    /// A repeating or wall-clock schedule, a label, a diagnostics serial: made only for a
+    /// timer that has one of them. Under the core's lock.
+    private var box: TimerExtras?
 
     /// The timer has a schedule whose fires are not all delivered to the engine yet.
     private static let hasSchedule = Flags.kindBit0
     /// Activated and not cancelled: the schedule goes to the engine.
     private static let live = Flags.kindBit1
+    /// In `kindWord`, beside the site's number (`TimerSiteTable`).
+    private static let strictBit: UInt32 = 1 << 31
 
     init(strict: Bool, target: WorkQueue?, site: TimerSite) {
-        siteFile = site.file
-        siteLine = site.line
-        self.strict = strict
-        super.init(target: target, merge: .add)
+        super.init(target: target, merge: .add,
+                   kindWord: TimerSiteTable.number(for: site) | (strict ? TimerCore.strictBit : 0))
     }
 
+    var strict: Bool { kindWord & TimerCore.strictBit != 0 }
     override var kind: EventSourceBase.Type { TimerSource.self }
     override var mask: UInt { strict ? TimerFlags.strict.rawValue : 0 }
-    override func makeExtras() -> SourceExtras { TimerExtras() }
 
     /// Where the timer was made: its name in diagnostics unless it has a label.
-    var site: TimerSite { TimerSite(file: siteFile, line: siteLine) }
+    var siteDescription: String { TimerSiteTable.site(kindWord & ~TimerCore.strictBit)?.description ?? "?" }
 
     var label: String? {
-        get { withState { ($0.extras as? TimerExtras)?.label } }
-        set { withState { state in timerExtras(&state).label = newValue } }
+        get { withState { _ in box?.label } }
+        set { withState { _ in timerExtras().label = newValue } }
     }
 
-    private func timerExtras(_ state: inout State) -> TimerExtras {
-        unsafeDowncast(extras(&state), to: TimerExtras.self)
+    /// The extras box, made on first use (under the lock).
+    private func timerExtras() -> TimerExtras {
+        if let box { return box }
+        let made = TimerExtras()
+        box = made
+        return made
     }
 
     /// A duration in nanoseconds for a timer: nil for nil or a non-positive interval.
@@ -143,11 +147,11 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             state.flags.insert(TimerCore.hasSchedule)
             let live = state.flags.contains(TimerCore.live)
             if interval != nil || isWall {
-                timerExtras(&state).grid = TimerGrid(start: start, interval: interval ?? 0, leeway: leeway, isWall: isWall)
+                timerExtras().grid = TimerGrid(start: start, interval: interval ?? 0, leeway: leeway, isWall: isWall)
                 if live { arm(&state) }
                 return
             }
-            (state.extras as? TimerExtras)?.grid = nil
+            box?.grid = nil
             if !live {
                 // Not live, so not in the engine: the window waits in the entry's fields.
                 deadline = start
@@ -196,7 +200,7 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
 
     /// The window of the schedule's next fire: nil when it never comes.
     private func nextWindow(_ state: State) -> (deadline: UInt64, leeway: UInt64, wall: UInt64?)? {
-        guard let grid = (state.extras as? TimerExtras)?.grid else {
+        guard let grid = box?.grid else {
             // A one-shot on the monotonic clock: its window waited in the entry's fields.
             return deadline == .max ? nil : (deadline, leeway, nil)  // distantFuture: never fires
         }
@@ -210,23 +214,23 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
 
     /// The engine fired the scheduling `sequence` of this timer, due at `firedDeadline`
     /// (outside the engine's lock): count the fires, schedule the next one.
-    override func fired(sequence: UInt64, deadline firedDeadline: UInt64, now: UInt64) {
+    override func fired(sequence: UInt32, deadline firedDeadline: UInt64, now: UInt64) {
         // Counted under the lock: a reschedule (which drops pending fires under it) is
         // either before this fire, which then finds its sequence replaced, or after it.
         let fires = withState { state -> UInt in
             guard state.flags.contains(TimerCore.live), state.flags.contains(TimerCore.hasSchedule),
                   self.sequence == sequence else { return 0 }
-            guard let grid = (state.extras as? TimerExtras)?.grid, grid.interval > 0 else {
+            guard let grid = box?.grid, grid.interval > 0 else {
                 // A one-shot: idle until rescheduled.
                 state.flags.remove(TimerCore.hasSchedule)
-                (state.extras as? TimerExtras)?.grid = nil
+                box?.grid = nil
                 addPending(1)
                 return 1
             }
             // Fires missed (handler busy, process stopped) are counted, and the next fire
             // stays on the grid start + k × interval: no drift.
             let missed = now > firedDeadline ? (now - firedDeadline) / grid.interval : 0
-            timerExtras(&state).grid?.nextIndex &+= 1 + missed
+            timerExtras().grid?.nextIndex &+= 1 + missed
             arm(&state)
             let count = UInt(truncatingIfNeeded: 1 + missed)
             addPending(count)
@@ -238,10 +242,10 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     /// How wake-up diagnostics name this timer, and its interval (nil: one-shot).
     func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
         let qos = floorQoS.qosClass
-        return withState { state in
-            let extras = timerExtras(&state)
+        return withState { _ in
+            let extras = timerExtras()
             if extras.serial == 0 { extras.serial = Diagnostics.nextTimerSerial() }
-            let origin = TimerFireOrigin(identity: extras.label ?? site.description,
+            let origin = TimerFireOrigin(identity: extras.label ?? siteDescription,
                                          queue: target.label,
                                          qos: qos == .unspecified ? .default : qos,
                                          instance: extras.serial)
@@ -268,7 +272,7 @@ struct TimerGrid {
 /// schedule, a label, and a serial number for diagnostics.
 ///
 /// `@unchecked Sendable`: only read and written under its core's lock.
-final class TimerExtras: SourceExtras, @unchecked Sendable {
+final class TimerExtras: @unchecked Sendable {
     var grid: TimerGrid?
     var label: String?
     /// Tells this timer apart in wake-up diagnostics (0: not asked yet).

@@ -27,8 +27,8 @@ final class TimerEngine: Sendable {
         /// needs it — cancelling a timer costs no walk.
         var windowEndBound: UInt64 = .max
         var windowEndIsExact = true
-        /// Starts at 1: a timer driver uses 0 for "no scheduling".
-        var nextSequence: UInt64 = 1
+        /// Never 0, which means "no scheduling" (see `TimerSequence`).
+        var nextSequence: UInt32 = 1
         /// Wall-clock entries and their CLOCK_REALTIME deadlines: the monotonic deadline is
         /// recomputed from it when the system clock is set.
         var wallEntries: [ObjectIdentifier: (entry: TimerEntry, wallDeadline: UInt64)] = [:]
@@ -47,13 +47,13 @@ final class TimerEngine: Sendable {
     /// `wallDeadline` makes it follow changes of the system clock. Returns the scheduling's
     /// sequence number, which its fire will carry.
     @discardableResult
-    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt64 {
+    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt32 {
         state.locked { state in
             remove(entry, from: &state)
             entry.deadline = deadline
             entry.leeway = leeway
             entry.sequence = state.nextSequence
-            state.nextSequence &+= 1
+            state.nextSequence = TimerSequence.next(after: state.nextSequence)
             insert(entry, into: &state)
             if entry.isHousekeeping { state.housekeeping += 1 }
             if let wallDeadline {
@@ -126,7 +126,7 @@ final class TimerEngine: Sendable {
     /// The reactor's timer fired: fire everything whose window has opened.
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
-        var due: [(entry: TimerEntry, sequence: UInt64, deadline: UInt64, leeway: UInt64)] = []
+        var due: [(entry: TimerEntry, sequence: UInt32, deadline: UInt64, leeway: UInt64)] = []
         state.locked { state in
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).

@@ -14,9 +14,11 @@
 /// subclasses add only `let`s of `Sendable` types or state behind locks of their own.
 class TimerEntry: @unchecked Sendable {
     var deadline: UInt64 = 0
-    /// Unique per scheduling: orders equal deadlines, and tells a fire of an earlier
-    /// scheduling of the same entry from the current one (0: none yet).
-    var sequence: UInt64 = 0
+    /// Numbers the schedulings (never 0, which means none): orders equal deadlines, and
+    /// tells a fire of an earlier scheduling of the same entry from the current one. 32 bits
+    /// wrap (see `TimerSequence`): a fire is compared with its own entry's current
+    /// scheduling microseconds later, never 2^32 schedulings apart.
+    var sequence: UInt32 = 0
     /// The leeway in 32 bits (see `LeewayCode`).
     private var leewayCode = LeewayCode(nanoseconds: 0)
     /// Where the entry is in the engine's heap; -1: not scheduled.
@@ -45,8 +47,24 @@ class TimerEntry: @unchecked Sendable {
 
     /// The engine fired the scheduling `sequence` of this entry, whose window opened at
     /// `deadline` (outside the engine's lock: the entry may have been rescheduled since).
-    func fired(sequence: UInt64, deadline: UInt64, now: UInt64) {
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         lullFatal("TimerEntry.fired(sequence:deadline:now:) must be overridden")
+    }
+}
+
+/// Scheduling numbers in 32 bits that wrap: "earlier" is a wrapping difference, right while
+/// the entries compared were scheduled fewer than 2^31 schedulings apart (two entries with
+/// the very same deadline nanosecond, scheduled billions of schedulings apart, may fire in
+/// either order within their one wake-up).
+enum TimerSequence {
+    static func isEarlier(_ lhs: UInt32, than rhs: UInt32) -> Bool {
+        Int32(bitPattern: lhs &- rhs) < 0
+    }
+
+    /// The number after `sequence`, skipping 0.
+    static func next(after sequence: UInt32) -> UInt32 {
+        let next = sequence &+ 1
+        return next == 0 ? 1 : next
     }
 }
 
@@ -90,7 +108,7 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {
         super.init()
     }
 
-    override func fired(sequence: UInt64, deadline: UInt64, now: UInt64) {
+    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         queue.enqueue(job)
     }
 }
@@ -109,7 +127,7 @@ final class CallbackEntry: TimerEntry, @unchecked Sendable {
 
     override var isHousekeeping: Bool { housekeeping }
 
-    override func fired(sequence: UInt64, deadline: UInt64, now: UInt64) {
+    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         action()
     }
 }

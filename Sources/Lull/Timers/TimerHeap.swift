@@ -68,7 +68,8 @@ struct TimerHeap {
     }
 
     private func isBefore(_ lhs: Int, _ rhs: Int) -> Bool {
-        deadlines[lhs] != deadlines[rhs] ? deadlines[lhs] < deadlines[rhs] : entries[lhs].sequence < entries[rhs].sequence
+        deadlines[lhs] != deadlines[rhs] ? deadlines[lhs] < deadlines[rhs]
+            : TimerSequence.isEarlier(entries[lhs].sequence, than: entries[rhs].sequence)
     }
 
     private mutating func siftUp(_ start: Int) {
