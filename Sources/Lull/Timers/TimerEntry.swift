@@ -5,7 +5,7 @@
 /// place from fire to fire).
 ///
 /// Every source core is an entry (`SourceCore` derives from this class), so that a timer's
-/// core needs no second object; the 24 bytes of timing cost the other kinds nothing they
+/// core needs no second object; the 20 bytes of timing cost the other kinds nothing they
 /// had not lost elsewhere (see `SourceCore`). The fields are as small as the engine allows:
 /// a million idle timers are mostly these objects.
 ///
