@@ -33,7 +33,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
     /// thread decides is not a concern).
     private let changes = Atomic<UInt32>(0)
-    let target: WorkQueue
+    /// Counted only when it is not a root queue (`livesForever`): a global queue's reference
+    /// count is one cache line that every thread making or finishing a source would write.
+    /// `unowned(unsafe)` is safe: a root queue is a static, and any other target is retained
+    /// in `init` and released in `deinit`, by hand.
+    unowned(unsafe) let target: WorkQueue
     let mergeRule: SourceMerge
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
@@ -94,10 +98,16 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     }
 
     init(target: WorkQueue?, merge: SourceMerge, kindWord: UInt32) {
-        self.target = target ?? WorkQueue.global()
+        let target = target ?? WorkQueue.global()
+        if !target.livesForever { _ = Unmanaged.passUnretained(target).retain() }
+        self.target = target
         self.mergeRule = merge
         self.kindWord = kindWord
         super.init()
+    }
+
+    deinit {
+        if !target.livesForever { Unmanaged.passUnretained(target).release() }
     }
 
     // MARK: What the kind decides (overridden)
