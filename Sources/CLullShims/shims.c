@@ -2,6 +2,7 @@
 #include "CLullShims.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -23,6 +24,24 @@
 #define LULL_IOPRIO_WHO_PROCESS 1
 
 int32_t lull_gettid(void) { return (int32_t)syscall(SYS_gettid); }
+
+size_t lull_malloc_usable_size(const void *block) {
+    return malloc_usable_size((void *)block);
+}
+
+static __thread const void *lull_cached_site_file;
+static __thread uint32_t lull_cached_site_line;
+static __thread uint32_t lull_cached_site_number;
+
+uint32_t lull_site_cache_get(const void *file, uint32_t line) {
+    return (file == lull_cached_site_file && line == lull_cached_site_line) ? lull_cached_site_number : 0;
+}
+
+void lull_site_cache_put(const void *file, uint32_t line, uint32_t number) {
+    lull_cached_site_file = file;
+    lull_cached_site_line = line;
+    lull_cached_site_number = number;
+}
 
 int lull_set_thread_name(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : errno;

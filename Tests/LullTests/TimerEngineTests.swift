@@ -17,61 +17,89 @@ extension LullSuite {
     @Suite struct TimerEngineTests {
         // MARK: The heap
 
-        @Test func heapKeepsItsOrderUnderRandomInsertsAndRemovals() {
-            for order in [TimerHeap.Order.deadline, .latest] {
-                var heap = TimerHeap(order: order)
-                var random = TimerTestKit.Random(seed: 0x4EA9)
-                var live: [TimerEntry] = []
-                var sequence: UInt64 = 0
-                var misordered = 0
-                var badSlots = 0
-                for _ in 0..<3_000 {
-                    if live.isEmpty || random.next() % 3 != 0 {
-                        let entry = CallbackEntry({})
-                        // Few distinct times: many ties, broken by the sequence.
-                        entry.deadline = UInt64.random(in: 0...200, using: &random)
-                        entry.latest = entry.deadline + UInt64.random(in: 0...200, using: &random)
-                        entry.sequence = sequence
-                        sequence += 1
-                        heap.insert(entry)
-                        live.append(entry)
-                    } else {
-                        let entry = live.remove(at: Int.random(in: live.indices, using: &random))
-                        heap.remove(entry)
-                        if TimerTestKit.slot(of: entry, in: order) != -1 { badSlots += 1 }
-                    }
-                    let smallest = live.min { TimerTestKit.key(of: $0, in: order) < TimerTestKit.key(of: $1, in: order) }
-                    if heap.count != live.count || heap.first !== smallest { misordered += 1 }
+        @Test func heapKeepsItsOrderAndFindsTheEarliestWindowEndUnderRandomInsertsAndRemovals() {
+            var heap = TimerHeap()
+            var random = TimerTestKit.Random(seed: 0x4EA9)
+            var live: [TimerEntry] = []
+            var sequence: UInt32 = .max - 1000  // wraps through 0 midway
+            var misordered = 0
+            var wrongEnds = 0
+            var badSlots = 0
+            for step in 0..<3_000 {
+                if live.isEmpty || random.next() % 3 != 0 {
+                    let entry = CallbackEntry({})
+                    // Few distinct times: many ties, broken by the sequence. Some windows
+                    // reach the end of the clock.
+                    entry.deadline = UInt64.random(in: 0...200, using: &random)
+                    entry.leeway = step % 97 == 0 ? .max : UInt64.random(in: 0...200, using: &random)
+                    entry.sequence = sequence
+                    sequence = TimerSequence.next(after: sequence)
+                    heap.insert(entry)
+                    live.append(entry)
+                } else {
+                    let entry = live.remove(at: Int.random(in: live.indices, using: &random))
+                    heap.remove(entry)
+                    if entry.slot != -1 { badSlots += 1 }
                 }
-                #expect(misordered == 0, "\(order): the heap's first was not the smallest key \(misordered) times")
-                #expect(badSlots == 0, "\(order): removed entries kept a slot")
-
-                // Removing an entry the heap does not hold (even one whose slot points into
-                // this heap's range) changes nothing.
-                let stranger = CallbackEntry({})
-                var other = TimerHeap(order: order)
-                other.insert(stranger)
-                let countBefore = heap.count
-                heap.remove(stranger)
-                #expect(heap.count == countBefore)
-                #expect(TimerTestKit.slot(of: stranger, in: order) == 0, "removing from the wrong heap touched the entry")
-
-                // Draining gives the keys in order, ties in insertion order.
-                var previous: (UInt64, UInt64)?
-                var drained = 0
-                while let first = heap.first {
-                    let key = TimerTestKit.key(of: first, in: order)
-                    if let previous { #expect(previous < key, "\(order): \(previous) came before \(key)") }
-                    previous = key
-                    heap.remove(first)
-                    drained += 1
+                let smallest = live.min { TimerTestKit.key(of: $0) < TimerTestKit.key(of: $1) }
+                if heap.count != live.count || heap.first !== smallest || heap.firstDeadline != smallest?.deadline {
+                    misordered += 1
                 }
-                #expect(drained == live.count)
-
-                let all = other.removeAll()
-                #expect(all.count == 1 && other.count == 0 && other.first == nil)
-                #expect(TimerTestKit.slot(of: stranger, in: order) == -1)
+                if heap.earliestWindowEnd() != live.map(\.latest).min() { wrongEnds += 1 }
             }
+            #expect(misordered == 0, "the heap's first was not the smallest key \(misordered) times")
+            #expect(wrongEnds == 0, "the earliest window end was wrong \(wrongEnds) times")
+            #expect(badSlots == 0, "removed entries kept a slot")
+
+            // Removing an entry the heap does not hold (even one whose slot points into
+            // this heap's range) changes nothing.
+            let stranger = CallbackEntry({})
+            var other = TimerHeap()
+            other.insert(stranger)
+            let countBefore = heap.count
+            heap.remove(stranger)
+            #expect(heap.count == countBefore)
+            #expect(stranger.slot == 0, "removing from the wrong heap touched the entry")
+
+            // Draining gives the keys in order, ties in insertion order.
+            var previous: (UInt64, UInt32)?
+            var drained = 0
+            while let first = heap.first {
+                let key = TimerTestKit.key(of: first)
+                if let previous { #expect(previous < key, "\(previous) came before \(key)") }
+                previous = key
+                heap.remove(first)
+                drained += 1
+            }
+            #expect(drained == live.count)
+            #expect(heap.earliestWindowEnd() == nil)
+
+            let all = other.removeAll()
+            #expect(all.count == 1 && other.count == 0 && other.first == nil)
+            #expect(stranger.slot == -1)
+        }
+
+        @Test func leewaysKeepTheirNanosecondsUpTo2sAndRoundDownToMillisecondsAbove() {
+            let entry = CallbackEntry({})
+            for exact: UInt64 in [0, 1, 999, 1_000_000, 123_456_789, 2_147_483_647] {
+                entry.leeway = exact
+                #expect(entry.leeway == exact)
+            }
+            // Above 2^31 ns: whole milliseconds, rounded down (a narrower window, never a later fire).
+            for (given, kept): (UInt64, UInt64) in [(2_147_483_648, 2_147_000_000), (2_500_000_000, 2_500_000_000),
+                                                    (60_000_000_999, 60_000_000_000),
+                                                    (86_400_000_000_000, 86_400_000_000_000)] {
+                entry.leeway = given
+                #expect(entry.leeway == kept, "\(given) ns")
+            }
+            // The widest finite leeway is about 24.8 days; anything wider (short of "no end")
+            // keeps that; .max is "no end" and the window never closes.
+            entry.leeway = .max - 1
+            #expect(entry.leeway == 2_147_483_646 * 1_000_000)
+            entry.leeway = .max
+            #expect(entry.leeway == .max)
+            entry.deadline = 5
+            #expect(entry.latest == .max)
         }
 
         // MARK: Entries
@@ -458,12 +486,10 @@ enum TimerTestKit {
         }
     }
 
-    static func key(of entry: TimerEntry, in order: TimerHeap.Order) -> (UInt64, UInt64) {
-        (order == .deadline ? entry.deadline : entry.latest, entry.sequence)
-    }
-
-    static func slot(of entry: TimerEntry, in order: TimerHeap.Order) -> Int {
-        Int(order == .deadline ? entry.deadlineSlot : entry.latestSlot)
+    /// The heap's order: deadline, then scheduling number (which may wrap: compared as the
+    /// heap does, relative to the first one the test used).
+    static func key(of entry: TimerEntry) -> (UInt64, UInt32) {
+        (entry.deadline, entry.sequence &- (UInt32.max - 1000))
     }
 
     /// The fewest instants that hit every window [start, end]: sort by end, stab at the

@@ -512,6 +512,10 @@ extension LullSuite {
                 #expect(DefaultLeeway.nanoseconds(for: qosClass, delay: millisecond) == 32 * millisecond)
                 #expect(DefaultLeeway.nanoseconds(for: qosClass, delay: 1_000 * millisecond) == 100 * millisecond)
             }
+            // Scheduling reads only the coarse clock for deadlines past `saturatingDelay`:
+            // from there (less a 10 ms tick) on, the default must already be at its cap.
+            #expect(DefaultLeeway.nanoseconds(for: qosClass, delay: DefaultLeeway.saturatingDelay - 10 * millisecond)
+                    == DefaultLeeway.nanoseconds(for: qosClass, delay: .max))
         }
 
         @Test func defaultLeewayGrowsAsQoSFallsAndStaysWithin1msAtDefaultAndAbove() {

@@ -1,6 +1,7 @@
 #ifndef LULL_SHIMS_H
 #define LULL_SHIMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -9,6 +10,16 @@
 
 /// The kernel thread id of the calling thread.
 int32_t lull_gettid(void);
+
+/// The usable size of a block from malloc (malloc_usable_size): what an object really costs,
+/// for the tests that keep the runtime's per-object memory in check.
+size_t lull_malloc_usable_size(const void *block);
+
+/// The calling thread's last timer creation site and its number in the runtime's table of
+/// sites (a thread-local one-entry cache: a loop creating timers looks it up once).
+/// `lull_site_cache_get` returns 0 when the cache holds another site.
+uint32_t lull_site_cache_get(const void *file, uint32_t line);
+void lull_site_cache_put(const void *file, uint32_t line, uint32_t number);
 
 /// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc.
 int lull_set_thread_name(const char *name);

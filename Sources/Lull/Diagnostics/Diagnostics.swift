@@ -66,12 +66,13 @@ enum Diagnostics {
 
     /// The timer engine is about to perform `entry`, due at `now`.
     @inline(__always)
-    static func timerWillFire(_ entry: TimerEntry, now: UInt64) {
+    static func timerWillFire(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, now: UInt64) {
         guard isOn else { return }
-        recordFire(entry, now: now)
+        recordFire(entry, deadline: deadline, leeway: leeway, now: now)
     }
 
-    private static func recordFire(_ entry: TimerEntry, now: UInt64) {
+    /// `deadline` and `leeway` are the fired window's, as the engine read them under its lock.
+    private static func recordFire(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, now: UInt64) {
         let origin: TimerFireOrigin
         var fires: UInt64 = 1
         switch entry {
@@ -79,14 +80,14 @@ enum Diagnostics {
             let qos = delayed.job.qos.qosClass != .unspecified ? delayed.job.qos.qosClass : delayed.queue.qos.qosClass
             origin = TimerFireOrigin(identity: delayed.origin?.site.description ?? "asyncAfter (scheduled before recording)",
                                      queue: delayed.queue.label, qos: qos == .unspecified ? .default : qos, instance: 0)
-        case let driver as TimerDriver:
-            let (source, interval) = driver.diagnosticsOrigin()
+        case let timer as TimerCore:
+            let (source, interval) = timer.diagnosticsOrigin()
             origin = source
-            if let interval, interval > 0, now > entry.deadline { fires += (now - entry.deadline) / interval }
+            if let interval, interval > 0, now > deadline { fires += (now - deadline) / interval }
         default:
             origin = TimerFireOrigin(identity: "lull.housekeeping", queue: "(reactor)", qos: .default, instance: 0)
         }
-        recorder.timerFired(origin, deadline: entry.deadline, leeway: entry.leeway, fires: fires, now: now)
+        recorder.timerFired(origin, deadline: deadline, leeway: leeway, fires: fires, now: now)
     }
 
     /// What an `asyncAfter` entry records about itself (only while diagnostics are on).

@@ -13,9 +13,9 @@ import Glibc
 /// notice that the file grows (watch it with a file-system source for that).
 public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: ReadSource.self, target: queue, merge: .readiness,
-                                    handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
-                                    driver: DescriptorDriver(descriptor: descriptor, forWriting: false)))
+        super.init(core: DrivenSourceCore(kind: ReadSource.self, target: queue, merge: .readiness,
+                                          handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
+                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: false)))
     }
 }
 
@@ -24,9 +24,9 @@ public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked 
 /// when there is nothing to write.
 public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: WriteSource.self, target: queue, merge: .readiness,
-                                    handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
-                                    driver: DescriptorDriver(descriptor: descriptor, forWriting: true)))
+        super.init(core: DrivenSourceCore(kind: WriteSource.self, target: queue, merge: .readiness,
+                                          handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
+                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: true)))
     }
 }
 
@@ -55,7 +55,7 @@ final class DescriptorDriver: SourceDriver {
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        var subject: String { "\(core.label): descriptor \(descriptor)" }
+        var subject: String { "\(core.name): descriptor \(descriptor)" }
         guard descriptor >= 0 else {
             return EventSourceError(subject: subject, code: EBADF, reason: "negative descriptor")
         }
@@ -139,7 +139,7 @@ final class DescriptorDriver: SourceDriver {
     /// Nothing to deliver; if the descriptor turned out to be closed, cancel with the reason.
     private func stale(_ core: SourceCore, _ revents: Int32) -> UInt? {
         if revents == -EBADF || (revents > 0 && revents & Int32(POLLNVAL) != 0) {
-            core.fail(EventSourceError(subject: "\(core.label): descriptor \(descriptor)", code: EBADF,
+            core.fail(EventSourceError(subject: "\(core.name): descriptor \(descriptor)", code: EBADF,
                                        reason: "the descriptor was closed while its source was registered"))
         }
         return nil
@@ -158,7 +158,7 @@ extension DescriptorDriver {
     /// only be cancelled, with the reason.
     func staleDescriptor() {
         mux.locked { $0 = nil }
-        core?.fail(EventSourceError(subject: "\(core?.label ?? "source"): descriptor \(descriptor)", code: EBADF,
+        core?.fail(EventSourceError(subject: "\(core?.name ?? "source"): descriptor \(descriptor)", code: EBADF,
                                     reason: "the descriptor was closed while its source was registered, and its number reused"))
     }
 }

@@ -31,9 +31,9 @@ public struct ProcessEvent: OptionSet, Sendable {
 /// never fires.
 public final class ProcessSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(pid: Int32, eventMask: ProcessEvent, queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: ProcessSource.self, target: queue, merge: .or,
-                                    handle: UInt(truncatingIfNeeded: pid), mask: eventMask.rawValue,
-                                    driver: ProcessDriver(pid: pid, mask: eventMask)))
+        super.init(core: DrivenSourceCore(kind: ProcessSource.self, target: queue, merge: .or,
+                                          handle: UInt(truncatingIfNeeded: pid), mask: eventMask.rawValue,
+                                          driver: ProcessDriver(pid: pid, mask: eventMask)))
     }
 
     /// The events seen since the handler last ran (the typed `data`).
@@ -52,7 +52,7 @@ final class ProcessDriver: SourceDriver {
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        let subject = "\(core.label): process \(pid)"
+        let subject = "\(core.name): process \(pid)"
         guard pid > 0 else {
             return EventSourceError(subject: subject, code: EINVAL, reason: "not a process id")
         }

@@ -17,9 +17,9 @@ import Glibc
 /// Several sources on the same signal all see every delivery.
 public final class SignalSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(signal: Int32, queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: SignalSource.self, target: queue, merge: .add,
-                                    handle: UInt(truncatingIfNeeded: signal), mask: 0,
-                                    driver: SignalDriver(signal: signal)))
+        super.init(core: DrivenSourceCore(kind: SignalSource.self, target: queue, merge: .add,
+                                          handle: UInt(truncatingIfNeeded: signal), mask: 0,
+                                          driver: SignalDriver(signal: signal)))
     }
 }
 
@@ -54,7 +54,7 @@ final class SignalHub: ReactorEventHandler {
     private let state = Mutex<State>(State())
 
     func add(_ core: SourceCore, signal: Int32) -> (any Error)? {
-        let subject = "\(core.label): signal \(signal)"
+        let subject = "\(core.name): signal \(signal)"
         guard signal > 0, signal < lull_signal_count(), signal != SIGKILL, signal != SIGSTOP else {
             return EventSourceError(subject: subject, code: EINVAL,
                                     reason: "not a signal that can be observed (valid: 1...\(lull_signal_count() - 1), except SIGKILL and SIGSTOP)")

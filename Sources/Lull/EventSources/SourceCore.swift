@@ -12,80 +12,83 @@ import Synchronization
 /// Events merge into `pending` with one atomic operation. Only a merge that finds the
 /// source idle takes the lock to post a delivery, so a burst of merges costs no lock and no
 /// system call beyond the first. The delivery takes the merged value and runs the handler.
-final class SourceCore: Sendable {
-    /// The source's class: names it in messages (a metatype is one word; a name string
-    /// would be two in every source).
-    let kind: EventSourceBase.Type
-    var kindName: String { String(describing: kind) }
-    let target: WorkQueue
+///
+/// What depends on the kind is in the subclass: `TimerCore` (a timer: the core is its own
+/// entry in the timer engine, which is why every core is a `TimerEntry`) and
+/// `DrivenSourceCore` (every other kind, through a `SourceDriver`).
+///
+/// The layout is counted in bytes, because a million idle timers are mostly these objects
+/// and because of where malloc puts them: Swift lays fields out in declaration order, so
+/// the small ones sit in the gaps after the entry's 36 bytes and each other, the cancel
+/// handler lives in the extras box, and the core is 112 bytes — a timer's 120, a 128-byte
+/// chunk, the largest size glibc keeps in its fast bins, whose frees from another thread
+/// (the worker that ran the cancel handler frees the core) take no lock. A timer a size
+/// larger spent a quarter of its creating thread's time in the arena lock it shared with
+/// the workers' frees (`lull-bench timer-churn` under perf). `SourceFootprintTests` keep it.
+///
+/// `@unchecked Sendable`: the class is not final (see above); its own stored properties are
+/// `let`s of `Sendable` types, and the inherited entry fields follow `TimerEntry`'s rule.
+class SourceCore: TimerEntry, @unchecked Sendable {
+    /// Bumped by every merge and state change: tells a deciding thread that something
+    /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
+    /// thread decides is not a concern).
+    private let changes = Atomic<UInt32>(0)
+    /// Counted only when it is not a root queue (`livesForever`): a global queue's reference
+    /// count is one cache line that every thread making or finishing a source would write.
+    /// `unowned(unsafe)` is safe: a root queue is a static, and any other target is retained
+    /// in `init` and released in `deinit`, by hand.
+    unowned(unsafe) let target: WorkQueue
     let mergeRule: SourceMerge
-    // The one-byte fields sit together (Swift lays fields out in declaration order): an
-    // idle source is a size class smaller.
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
     private let scheduled = Atomic<Bool>(false)
-    /// What the source watches and its mask, in 32 bits each (descriptors, signal numbers,
-    /// process ids and every mask fit): an idle source is mostly these words.
-    private let handleBits: UInt32
-    private let maskBits: UInt32
-    var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: handleBits)) }
-    var mask: UInt { UInt(maskBits) }
-    let driver: any SourceDriver
-
+    /// The step the posted job runs (a `Step`'s raw value; 0: none). Written only by the
+    /// thread that holds `scheduled`, read by the job it posted: the queue's hand-off orders
+    /// the two, and the job reads it without the lock.
+    private let postedStep = Atomic<UInt8>(0)
+    /// 32 bits the kind keeps here, in what would be padding (a timer's site and flag, a
+    /// descriptor source's handle).
+    let kindWord: UInt32
     private let pending = Atomic<UInt>(0)
     private let delivered = Atomic<UInt>(0)
-    /// Bumped by every merge and state change: tells a deciding thread that something
-    /// happened while it held `scheduled` (no wake-up is lost).
-    private let changes = Atomic<UInt>(0)
     private let state = Mutex<State>(State())
 
-    private struct State {
+    /// Fields in declaration order, each small one in the padding after a larger one (32
+    /// bytes in all).
+    struct State {
         var eventHandler: SourceHandler?
-        var cancelHandler: SourceHandler?
-        /// The registration handler and the registration error, boxed: most sources have
-        /// neither, and inline they would make every source larger.
-        var rare: Rare?
-
-        var registrationHandler: SourceHandler? {
-            get { rare?.registrationHandler }
-            set { rareBox().registrationHandler = newValue }
-        }
-
-        var registrationError: EventSourceError? {
-            get { rare?.registrationError }
-            set { rareBox().registrationError = newValue }
-        }
-
-        private mutating func rareBox() -> Rare {
-            if let rare { return rare }
-            let box = Rare()
-            rare = box
-            return box
-        }
-        var activated = false
-        /// The driver is registered: deliveries may run.
-        var registered = false
-        var registrationHandlerDue = false
-        var cancelHandlerDelivered = false
+        var flags: Flags = []
         var suspendCount: Int32 = 0
-        /// The step the posted job runs (one job at a time: one slot).
-        var postedStep: Step?
+        /// The cancel and registration handlers, the registration error: boxed, as most
+        /// sources have none of them or (the cancel handler) need it once, at the end.
+        var extras: SourceExtras?
+
+        var cancelHandler: SourceHandler? { extras?.cancelHandler }
+        var registrationHandler: SourceHandler? { extras?.registrationHandler }
+        var registrationError: EventSourceError? { extras?.registrationError }
     }
 
-    /// `@unchecked Sendable`: only read and written inside `state`'s lock.
-    private final class Rare: @unchecked Sendable {
-        var registrationHandler: SourceHandler?
-        var registrationError: EventSourceError?
+    struct Flags: OptionSet {
+        let rawValue: UInt8
+        static let activated = Flags(rawValue: 1 << 0)
+        /// The kind's registration succeeded: deliveries may run.
+        static let registered = Flags(rawValue: 1 << 1)
+        static let registrationHandlerDue = Flags(rawValue: 1 << 2)
+        static let cancelHandlerDelivered = Flags(rawValue: 1 << 3)
+        /// Bits 4-7 are the subclass's (`TimerCore`'s schedule state).
+        static let kindBit0 = Flags(rawValue: 1 << 4)
+        static let kindBit1 = Flags(rawValue: 1 << 5)
     }
 
-    private enum Step {
-        case registration
+    fileprivate enum Step: UInt8 {
+        case registration = 1
         case delivery
         case cancellation
     }
 
     /// "<kind> on '<target label>'": how messages name the source (built only when needed).
-    var label: String { "\(kindName) on '\(target.label)'" }
+    var name: String { "\(kindName) on '\(target.label)'" }
+    var kindName: String { String(describing: kind) }
 
     /// The QoS the target queue imposes (the timer's default leeway depends on it).
     var floorQoS: QoS { WorkQueue.floor(ownQoS: .unspecified, target: target) }
@@ -94,13 +97,57 @@ final class SourceCore: Sendable {
         case event, cancel, registration
     }
 
-    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
-        self.kind = kind
-        self.target = target ?? WorkQueue.global()
+    init(target: WorkQueue?, merge: SourceMerge, kindWord: UInt32) {
+        let target = target ?? WorkQueue.global()
+        if !target.livesForever { _ = Unmanaged.passUnretained(target).retain() }
+        self.target = target
         self.mergeRule = merge
-        self.handleBits = UInt32(truncatingIfNeeded: handle)
-        self.maskBits = UInt32(truncatingIfNeeded: mask)
-        self.driver = driver
+        self.kindWord = kindWord
+        super.init()
+    }
+
+    deinit {
+        if !target.livesForever { Unmanaged.passUnretained(target).release() }
+    }
+
+    // MARK: What the kind decides (overridden)
+
+    /// The source's class: names it in messages.
+    var kind: EventSourceBase.Type { lullFatal("SourceCore.kind must be overridden") }
+    /// What the source watches: a descriptor, a signal number, a process id; 0 for none.
+    var handle: UInt { 0 }
+    /// The events the source was created to watch.
+    var mask: UInt { 0 }
+    /// Starts watching, for a kind that can do it under the core's lock (a timer, whose
+    /// registration is its own entry in the engine): returns true when done. The default,
+    /// false, registers outside the lock with `registerKind()`.
+    func registerKind(_ state: inout State) -> Bool { false }
+    /// Starts watching (outside the lock). Returns why it could not, or nil.
+    func registerKind() -> (any Error)? { nil }
+    /// Stops watching: when this returns, nothing merges into the source any more.
+    func unregisterKind() {}
+    /// The value of `data` for a delivery whose merged value is `merged`; nil when there is
+    /// nothing to deliver after all (a readiness that went away).
+    func dataForDelivery(merged: UInt) -> UInt? { merged }
+    /// After the event handler returned: re-signal if the condition still holds.
+    func handlerReturned() {}
+    /// After the cancel handler ran: release what the kind owns (descriptors it opened).
+    func finished() {}
+    /// The box for `State.extras` (a kind may keep more in it).
+    func makeExtras() -> SourceExtras { SourceExtras() }
+
+    /// The locked state, for a kind that keeps its own bits in it (its flag bits, its extras).
+    @inline(__always)
+    func withState<R>(_ body: (inout sending State) -> sending R) -> sending R {
+        state.locked(body)
+    }
+
+    /// The extras box, made on first use (under the lock).
+    func extras(_ state: inout State) -> SourceExtras {
+        if let extras = state.extras { return extras }
+        let extras = makeExtras()
+        state.extras = extras
+        return extras
     }
 
     // MARK: Handlers
@@ -113,8 +160,16 @@ final class SourceCore: Sendable {
         let replaced = state.locked { state -> SourceHandler? in
             switch slot {
             case .event: defer { state.eventHandler = handler }; return state.eventHandler
-            case .cancel: defer { state.cancelHandler = handler }; return state.cancelHandler
-            case .registration: defer { state.registrationHandler = handler }; return state.registrationHandler
+            case .cancel:
+                if handler == nil && state.extras == nil { return nil }
+                let box = extras(&state)
+                defer { box.cancelHandler = handler }
+                return box.cancelHandler
+            case .registration:
+                if handler == nil && state.extras == nil { return nil }
+                let box = extras(&state)
+                defer { box.registrationHandler = handler }
+                return box.registrationHandler
             }
         }
         _ = replaced
@@ -123,22 +178,27 @@ final class SourceCore: Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let first = state.locked { state -> Bool in
-            if state.activated { return false }
-            state.activated = true
+        let (first, registeredHere, runsNow) = state.locked { state -> (Bool, Bool, Bool) in
+            if state.flags.contains(.activated) { return (false, false, false) }
+            state.flags.insert(.activated)
             // No registration handler, no job: activating a source costs no hand-off.
-            state.registrationHandlerDue = !isCancelled && state.registrationHandler != nil
-            return true
+            if !isCancelled && state.registrationHandler != nil { state.flags.insert(.registrationHandlerDue) }
+            guard !isCancelled, registerKind(&state) else { return (true, false, true) }
+            state.flags.insert(.registered)
+            return (true, true, state.flags.contains(.registrationHandlerDue))
         }
         guard first else { return }
-        if !isCancelled {
-            if let error = driver.register(self) {
+        if !registeredHere && !isCancelled {
+            if let error = registerKind() {
                 fail(error)
             } else {
-                state.locked { $0.registered = true }
+                state.locked { _ = $0.flags.insert(.registered) }
             }
         }
-        changed()
+        // Registered under the lock with nothing due (no registration handler, no cancel,
+        // nothing merged before activation: a merge then found the source inactive and left
+        // the pending value for this check), there is no decision to make.
+        if runsNow || !registeredHere || isCancelled || pending.load(ordering: .acquiring) != 0 { changed() }
     }
 
     func suspend() {
@@ -148,8 +208,8 @@ final class SourceCore: Sendable {
     func resume() {
         let activateNow = state.locked { state -> Bool in
             if state.suspendCount == 0 {
-                if !state.activated { return true }
-                lullFatal("over-resume of \(label): resume() without a matching suspend()")
+                if !state.flags.contains(.activated) { return true }
+                lullFatal("over-resume of \(name): resume() without a matching suspend()")
             }
             state.suspendCount -= 1
             return false
@@ -161,7 +221,7 @@ final class SourceCore: Sendable {
     /// after this; the cancel handler runs once, after the source left the reactor.
     func cancel() {
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        driver.unregister(self)
+        unregisterKind()
         changed()
     }
 
@@ -169,8 +229,11 @@ final class SourceCore: Sendable {
     /// if the source was never activated or is suspended (that is not an error).
     func releasedByProgram() {
         cancel()
-        state.locked { $0.suspendCount = 0 }
-        activate()
+        let activated = state.locked { state -> Bool in
+            state.suspendCount = 0
+            return state.flags.contains(.activated)
+        }
+        if !activated { activate() }
         changed()
     }
 
@@ -181,9 +244,10 @@ final class SourceCore: Sendable {
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
         let sourceError = error as? EventSourceError
-            ?? EventSourceError(subject: label, code: 0, reason: "\(error)")
+            ?? EventSourceError(subject: name, code: 0, reason: "\(error)")
         state.locked { state in
-            if state.registrationError == nil { state.registrationError = sourceError }
+            let box = extras(&state)
+            if box.registrationError == nil { box.registrationError = sourceError }
         }
         cancel()
     }
@@ -214,9 +278,15 @@ final class SourceCore: Sendable {
         pending.store(0, ordering: .releasing)
     }
 
+    /// Adds to the pending data without signalling: for a kind that merges under its lock
+    /// and calls `changed()` after it.
+    func addPending(_ value: UInt) {
+        pending.wrappingAdd(value, ordering: .acquiringAndReleasing)
+    }
+
     /// Something happened: post the next job unless one is posted or running (that one
     /// decides again when it is done).
-    private func changed() {
+    func changed() {
         changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
         if scheduled.load(ordering: .acquiring) { return }
         scheduleNext()
@@ -226,12 +296,9 @@ final class SourceCore: Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            let qos = state.locked { state -> QoS? in
-                guard let (step, qos) = nextStep(&state) else { return nil }
-                state.postedStep = step
-                return qos
-            }
-            if let qos {
+            let decided = state.locked { state -> (Step, QoS)? in nextStep(&state) }
+            if let (step, qos) = decided {
+                postedStep.store(step.rawValue, ordering: .releasing)
                 target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
                 return
             }
@@ -244,25 +311,25 @@ final class SourceCore: Sendable {
     /// What runs next, if anything (under the lock). Nothing runs before activation or
     /// while suspended; the registration handler comes first, the cancel handler last.
     private func nextStep(_ state: inout State) -> (Step, QoS)? {
-        guard state.activated, state.suspendCount == 0 else { return nil }
-        if state.registrationHandlerDue {
-            state.registrationHandlerDue = false
+        guard state.flags.contains(.activated), state.suspendCount == 0 else { return nil }
+        if state.flags.contains(.registrationHandlerDue) {
+            state.flags.remove(.registrationHandlerDue)
             let handler = state.registrationHandler
             return (.registration, handler?.propagatedQoS ?? .unspecified)
         }
         if isCancelled {
-            guard !state.cancelHandlerDelivered else { return nil }
-            state.cancelHandlerDelivered = true
+            guard !state.flags.contains(.cancelHandlerDelivered) else { return nil }
+            state.flags.insert(.cancelHandlerDelivered)
             return (.cancellation, state.cancelHandler?.propagatedQoS ?? .unspecified)
         }
-        guard state.registered, pending.load(ordering: .acquiring) != 0 else { return nil }
+        guard state.flags.contains(.registered), pending.load(ordering: .acquiring) != 0 else { return nil }
         return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
     }
 
     /// The job `scheduleNext` posted, on the target queue; then the next decision.
     func runPostedStep() {
-        guard let step = state.locked({ $0.postedStep.take() }) else {
-            lullFatal("\(label): a job ran with no step posted")
+        guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
+            lullFatal("\(name): a job ran with no step posted")
         }
         switch step {
         case .registration:
@@ -272,7 +339,10 @@ final class SourceCore: Sendable {
         case .delivery:
             deliver()
         case .cancellation:
+            // The last step there is: the source keeps `scheduled` for good, so that
+            // nothing decides or posts again.
             finishCancellation()
+            return
         }
         scheduled.store(false, ordering: .releasing)
         scheduleNext()
@@ -283,12 +353,12 @@ final class SourceCore: Sendable {
         guard !isCancelled else { return }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
         guard merged != 0 else { return }
-        guard let value = driver.dataForDelivery(self, merged: merged) else { return }
+        guard let value = dataForDelivery(merged: merged) else { return }
         // Events that arrive while no handler is set are dropped.
         guard let handler = state.locked({ $0.eventHandler }) else { return }
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
-        if !isCancelled { driver.handlerReturned(self) }
+        if !isCancelled { handlerReturned() }
     }
 
     private func finishCancellation() {
@@ -296,13 +366,48 @@ final class SourceCore: Sendable {
         var released = state.locked { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
             defer {
                 state.eventHandler = nil
-                state.cancelHandler = nil
-                state.rare?.registrationHandler = nil
+                state.extras?.cancelHandler = nil
+                state.extras?.registrationHandler = nil
             }
             return (state.cancelHandler, (state.eventHandler, state.registrationHandler))
         }
         released.cancel?.run(thread: ThreadState.current)
-        driver.finished(self)
+        finished()
         released = (nil, (nil, nil))
     }
+}
+
+/// What a source keeps only when it has it: the registration handler and error (a kind
+/// may subclass it for more, see `TimerCore`).
+///
+/// `@unchecked Sendable`: only read and written inside its core's lock.
+class SourceExtras: @unchecked Sendable {
+    var cancelHandler: SourceHandler?
+    var registrationHandler: SourceHandler?
+    var registrationError: EventSourceError?
+}
+
+/// The core of every kind but timers: what depends on the kind is in its `SourceDriver`.
+final class DrivenSourceCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; adds `let`s of Sendable types
+    private let kindType: EventSourceBase.Type
+    let driver: any SourceDriver
+    /// The mask in 32 bits (every mask fits); the handle is the core's `kindWord`
+    /// (descriptors, signal numbers and process ids fit).
+    private let maskBits: UInt32
+
+    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
+        kindType = kind
+        self.driver = driver
+        maskBits = UInt32(truncatingIfNeeded: mask)
+        super.init(target: target, merge: merge, kindWord: UInt32(truncatingIfNeeded: handle))
+    }
+
+    override var kind: EventSourceBase.Type { kindType }
+    override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: kindWord)) }
+    override var mask: UInt { UInt(maskBits) }
+    override func registerKind() -> (any Error)? { driver.register(self) }
+    override func unregisterKind() { driver.unregister(self) }
+    override func dataForDelivery(merged: UInt) -> UInt? { driver.dataForDelivery(self, merged: merged) }
+    override func handlerReturned() { driver.handlerReturned(self) }
+    override func finished() { driver.finished(self) }
 }

@@ -4,13 +4,11 @@
 /// unless the block was set with `.assignCurrentContext` (the context current when it was
 /// set) or is a work item that captured one.
 ///
-/// Kept small (32 bytes: a closure, a reference to an assigned context — boxed, as it is
-/// rare — and two bytes of QoS) because every source stores three of them.
+/// Kept small (18 bytes: a closure and two bytes of QoS) because every source stores two
+/// of them inline: a context assigned to a handler, which is rare, lives in a wrapping
+/// closure instead of a field.
 struct SourceHandler: Sendable {
-    /// The block to run, stored as given (no wrapper to allocate); a work item is wrapped so
-    /// that it completes (notify, wait) as such.
     private let body: @Sendable () -> Void
-    private let assigned: AssignedContext?
     private let qosClass: QoS.QoSClass
     private let relativePriority: Int8
 
@@ -19,23 +17,23 @@ struct SourceHandler: Sendable {
         if flags.contains(.assignCurrentContext) {
             // As a work item created with the flag: the setter's context, and its QoS
             // unless the block has one.
-            assigned = AssignedContext(ExecutionContext.current)
+            let context = ExecutionContext.current
             if qos.isUnspecified { requested = QoSResolution.inferred(from: ThreadState.current.ownQoS) }
+            body = { ThreadState.current.withJobContext(context, block) }
         } else {
-            assigned = nil
+            body = block  // stored as given: no wrapper to allocate
         }
         let propagated = QoSResolution.propagated(itemQoS: requested, flags: flags, submitter: nil)
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
-        body = block
     }
 
     init(item: WorkItem) {
         let propagated = QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil)
         qosClass = propagated.qosClass
         relativePriority = Int8(propagated.relativePriority)
+        // Wrapped so that the item completes (notify, wait) as such, in its own context.
         let context = item.assignedContext ?? .empty
-        assigned = nil
         body = {
             let thread = ThreadState.current
             item.run(context: context, qos: thread.ownQoS, thread: thread)
@@ -47,17 +45,9 @@ struct SourceHandler: Sendable {
         QoS(qosClass: qosClass, relativePriority: Int(relativePriority))
     }
 
-    /// Runs the handler on the calling thread, which already runs at the handler's QoS.
+    /// Runs the handler on the calling thread, which already runs at the handler's QoS,
+    /// detached (an assigned context is installed by the body itself).
     func run(thread: ThreadState) {
-        thread.withJobContext(assigned?.context ?? .empty, body)
-    }
-}
-
-/// A context captured with `.assignCurrentContext` for a handler block.
-final class AssignedContext: Sendable {
-    let context: ExecutionContext
-
-    init(_ context: ExecutionContext) {
-        self.context = context
+        thread.withJobContext(.empty, body)
     }
 }

@@ -20,43 +20,39 @@ public struct TimerFlags: OptionSet, Sendable {
 /// - A fire is due in its window [deadline, deadline + leeway] — never earlier — and fires in
 ///   one wake-up with every other timer whose window is open then (see `TimerEngine`).
 ///   Without `.strict` the leeway is at least the documented default for the queue's QoS
-///   (`DefaultLeeway`); the leeway of a repeating timer is capped at its interval.
+///   (`DefaultLeeway`); the leeway of a repeating timer is capped at its interval. A leeway
+///   above about 2.1 s is kept in whole milliseconds, rounded down (never a later fire), and
+///   at most about 24.8 days unless it is unbounded (`.distantFuture`-sized).
 /// - A deadline in the past fires at once; `.distantFuture` never fires; an interval of
 ///   zero or less makes the timer a one-shot.
 /// - Wall-clock timers (`schedule(wallDeadline:...)`) follow changes of the system clock.
 public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    /// The core's driver, not a field of its own: every idle timer is a word smaller.
-    private var driver: TimerDriver { unsafeDowncast(core.driver, to: TimerDriver.self) }
+    /// The core, which is the timer's entry in the engine (one object per timer beside this one).
+    private var timer: TimerCore { unsafeDowncast(core, to: TimerCore.self) }
 
     init(flags: TimerFlags, queue: WorkQueue?, site: TimerSite) {
-        let driver = TimerDriver(strict: flags.contains(.strict), site: site)
-        super.init(core: SourceCore(kind: TimerSource.self, target: queue, merge: .add,
-                                    handle: 0, mask: flags.rawValue, driver: driver))
+        super.init(core: TimerCore(strict: flags.contains(.strict), target: queue, site: site))
     }
 
     /// The name of this timer in wake-up diagnostics (`timerfires`, `RuntimeDiagnostics`);
     /// without one, the timer is named by where it was created ("File.swift:42").
     public var label: String? {
-        get { driver.label }
-        set { driver.label = newValue }
+        get { timer.label }
+        set { timer.label = newValue }
     }
 
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
     /// of the previous schedule not yet delivered are dropped (as in Dispatch).
     public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        driver.schedule(TimerDriver.Schedule(start: deadline.uptimeNanoseconds,
-                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0,
-                                             interval: TimerDriver.nanoseconds(repeating), isWall: false),
-                        core: core)
+        timer.schedule(start: deadline.uptimeNanoseconds, interval: TimerCore.nanoseconds(repeating),
+                       leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: false)
     }
 
     /// Schedules the timer on the wall clock; replaces any previous schedule (dropping its
     /// undelivered fires).
     public func schedule(wallDeadline: WallDeadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        driver.schedule(TimerDriver.Schedule(start: wallDeadline.nanosecondsSinceEpoch,
-                                             leeway: TimerDriver.nanoseconds(leeway) ?? 0,
-                                             interval: TimerDriver.nanoseconds(repeating), isWall: true),
-                        core: core)
+        timer.schedule(start: wallDeadline.nanosecondsSinceEpoch, interval: TimerCore.nanoseconds(repeating),
+                       leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: true)
     }
 }
 
@@ -69,66 +65,50 @@ extension EventSource {
     }
 }
 
-/// Turns a timer source's schedule into fires, one at a time. The driver is itself the
-/// timer's entry in the engine, rescheduled in place from fire to fire: a timer is one
-/// object beside its source, and a fire allocates nothing.
-final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sendable: see TimerEntry; `state` is behind its mutex; `siteFile` is a literal (see TimerSite)
-    struct Schedule {
-        /// The first deadline: monotonic ns, or wall ns since the epoch for a wall timer.
-        var start: UInt64
-        var leeway: UInt64
-        /// nil: one-shot.
-        var interval: UInt64?
-        var isWall: Bool
+/// A timer source's core: the source machinery, the timer's schedule, and its entry in the
+/// engine in one object, rescheduled in place from fire to fire (a fire allocates nothing).
+///
+/// Where the schedule lives: a one-shot on the monotonic clock — most timers, timeouts —
+/// keeps its window in the entry's own `deadline` and `leeway`; a repeating or wall-clock
+/// timer keeps its grid in the extras box (`TimerExtras`), made for it. Everything here is
+/// read and written under the core's lock (`withState`); the entry fields also by the
+/// engine, under its lock, nested inside ours (`arm`), and only while the entry is in the
+/// engine — so a one-shot writes its window straight into them only while it is not.
+final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; `box` is read and written only under the core's lock
+    /// A repeating or wall-clock schedule, a label, a diagnostics serial: made only for a
+    /// timer that has one of them. Under the core's lock.
+    private var box: TimerExtras?
+
+    /// The timer has a schedule whose fires are not all delivered to the engine yet.
+    private static let hasSchedule = Flags.kindBit0
+    /// Activated and not cancelled: the schedule goes to the engine.
+    private static let live = Flags.kindBit1
+    /// In `kindWord`, beside the site's number (`TimerSiteTable`).
+    private static let strictBit: UInt32 = 1 << 31
+
+    init(strict: Bool, target: WorkQueue?, site: TimerSite) {
+        super.init(target: target, merge: .add,
+                   kindWord: TimerSiteTable.number(for: site) | (strict ? TimerCore.strictBit : 0))
     }
 
-    // Fields in declaration order, each small one in the padding after a larger one: every
-    // idle timer is a size class smaller.
-    private struct State {
-        var schedule: Schedule?
-        var registered = false
-        /// The fire index the engine holds (deadline = start + index × interval).
-        var nextIndex: UInt64 = 0
-        /// The sequence of the scheduling in the engine that counts; 0: none (the engine's
-        /// sequences start at 1). Not an optional: that would take another word.
-        var armedSequence: UInt64 = 0
-        var core: SourceCore?
-        /// A label and a serial number for diagnostics, boxed: most timers have neither.
-        var identity: TimerIdentity?
-    }
-
-    let strict: Bool
-    private let siteLine: UInt32
-    private let siteFile: UnsafePointer<UInt8>
-    private let state = Mutex<State>(State())
-
-    init(strict: Bool, site: TimerSite) {
-        self.strict = strict
-        siteLine = site.line
-        siteFile = site.file
-        super.init()
-    }
+    var strict: Bool { kindWord & TimerCore.strictBit != 0 }
+    override var kind: EventSourceBase.Type { TimerSource.self }
+    override var mask: UInt { strict ? TimerFlags.strict.rawValue : 0 }
 
     /// Where the timer was made: its name in diagnostics unless it has a label.
-    var site: TimerSite { TimerSite(file: siteFile, line: siteLine) }
+    var siteDescription: String { TimerSiteTable.site(kindWord & ~TimerCore.strictBit)?.description ?? "?" }
 
     var label: String? {
-        get { state.locked { $0.identity?.label } }
-        set { state.locked { state in TimerIdentity.of(&state.identity).label = newValue } }
+        get { withState { _ in box?.label } }
+        set { withState { _ in timerExtras().label = newValue } }
     }
 
-    /// How wake-up diagnostics name this timer, and its interval (nil: one-shot).
-    func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
-        state.locked { state in
-            let qos = state.core?.floorQoS.qosClass ?? .unspecified
-            let identity = TimerIdentity.of(&state.identity)
-            if identity.serial == 0 { identity.serial = Diagnostics.nextTimerSerial() }
-            let origin = TimerFireOrigin(identity: identity.label ?? site.description,
-                                         queue: state.core?.target.label ?? "?",
-                                         qos: qos == .unspecified ? .default : qos,
-                                         instance: identity.serial)
-            return (origin, state.schedule?.interval)
-        }
+    /// The extras box, made on first use (under the lock).
+    private func timerExtras() -> TimerExtras {
+        if let box { return box }
+        let made = TimerExtras()
+        box = made
+        return made
     }
 
     /// A duration in nanoseconds for a timer: nil for nil or a non-positive interval.
@@ -141,104 +121,160 @@ final class TimerDriver: TimerEntry, SourceDriver, @unchecked Sendable {  // Sen
 
     /// Replaces the schedule. Fires of the old one not delivered yet are dropped — under
     /// the lock that `fired` merges under, so that a fire in progress cannot slip in after.
-    func schedule(_ schedule: Schedule, core: SourceCore) {
-        state.locked { state in
-            state.schedule = schedule
-            state.nextIndex = 0
-            core.discardPending()
-            if state.registered { arm(&state) }
+    ///
+    /// The effective leeway is decided here, once: the larger of the requested one and the
+    /// default for the queue's QoS (unless `.strict`), at most the interval.
+    func schedule(start: UInt64, interval: UInt64?, leeway requested: UInt64, isWall: Bool) {
+        var leeway = requested
+        if !strict {
+            let delay: UInt64
+            if let interval {
+                delay = interval
+            } else if !isWall, start > SystemClock.coarseMonotonicNanoseconds() &+ DefaultLeeway.saturatingDelay {
+                // Far enough that the default is at its cap whatever the exact delay: the
+                // coarse clock (behind by at most a tick) is enough, and cheaper.
+                delay = DefaultLeeway.saturatingDelay
+            } else {
+                let now = SystemClock.monotonicNanoseconds()
+                let deadline = isWall ? monotonicDeadline(forWall: start, monotonicNow: now) : start
+                delay = deadline > now ? deadline - now : 0
+            }
+            leeway = max(leeway, DefaultLeeway.nanoseconds(for: floorQoS.qosClass, delay: delay))
+        }
+        if let interval { leeway = min(leeway, interval) }
+        withState { state in
+            discardPending()
+            state.flags.insert(TimerCore.hasSchedule)
+            let live = state.flags.contains(TimerCore.live)
+            if interval != nil || isWall {
+                timerExtras().grid = TimerGrid(start: start, interval: interval ?? 0, leeway: leeway, isWall: isWall)
+                if live { arm(&state) }
+                return
+            }
+            box?.grid = nil
+            if !live {
+                // Not live, so not in the engine: the window waits in the entry's fields.
+                deadline = start
+                self.leeway = leeway
+            } else if start == .max {
+                disarm()  // distantFuture: never fires
+            } else {
+                TimerEngine.shared.schedule(self, deadline: start, leeway: leeway)
+            }
         }
     }
 
-    func register(_ core: SourceCore) -> (any Error)? {
-        state.locked { state in
-            state.core = core
-            state.registered = true
-            if state.schedule != nil { arm(&state) }
-        }
-        return nil
+    /// Under the core's lock, which `cancel`'s unregistration takes after setting the
+    /// cancelled flag: a cancel that races with activation disarms after this arms.
+    override func registerKind(_ state: inout State) -> Bool {
+        state.flags.insert(TimerCore.live)
+        if state.flags.contains(TimerCore.hasSchedule) { arm(&state) }
+        return true
     }
 
-    func unregister(_ core: SourceCore) {
-        state.locked { state in
-            state.armedSequence = 0
-            state.core = nil
-            state.registered = false
+    override func unregisterKind() {
+        withState { state in
+            state.flags.remove(TimerCore.live)
+            disarm()
         }
-        TimerEngine.shared.cancel(self)
     }
 
-    /// Puts the next fire of the schedule in the engine (under this driver's lock), or takes
+    /// Puts the next fire of the schedule in the engine (under this core's lock), or takes
     /// the entry out when there is none. Rescheduling in place replaces the old window in
     /// one step: the engine never looks empty in between, so the reactor is not disarmed
     /// and re-armed.
     private func arm(_ state: inout State) {
         guard let (deadline, leeway, wall) = nextWindow(state) else {
-            state.armedSequence = 0
-            TimerEngine.shared.cancel(self)
+            disarm()
             return
         }
-        state.armedSequence = TimerEngine.shared.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
+        TimerEngine.shared.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
     }
 
-    /// The window of fire `nextIndex` of the schedule: nil when it never comes.
+    /// Out of the engine, and no scheduling of it counts any more (a fire of one that is
+    /// on its way finds sequence 0). Safe to write once the engine let go of the entry.
+    private func disarm() {
+        TimerEngine.shared.cancel(self)
+        sequence = 0
+    }
+
+    /// The window of the schedule's next fire: nil when it never comes.
     private func nextWindow(_ state: State) -> (deadline: UInt64, leeway: UInt64, wall: UInt64?)? {
-        guard let schedule = state.schedule, let core = state.core else { return nil }
-        let (offset, overflow) = (schedule.interval ?? 0).multipliedReportingOverflow(by: state.nextIndex)
-        if overflow { return nil }
-        let target = schedule.start.saturatingAdding(nanoseconds: Int128(offset))
-        if target == .max { return nil }  // distantFuture: never fires
-        let deadline = schedule.isWall ? monotonicDeadline(forWall: target) : target
-        let now = SystemClock.monotonicNanoseconds()
-        let delay = schedule.interval ?? (deadline > now ? deadline - now : 0)
-        var leeway = schedule.leeway
-        if !strict {
-            let floorClass = core.floorQoS.qosClass
-            leeway = max(leeway, DefaultLeeway.nanoseconds(for: floorClass, delay: delay))
+        guard let grid = box?.grid else {
+            // A one-shot on the monotonic clock: its window waited in the entry's fields.
+            return deadline == .max ? nil : (deadline, leeway, nil)  // distantFuture: never fires
         }
-        if let interval = schedule.interval { leeway = min(leeway, interval) }
-        return (deadline, leeway, schedule.isWall ? target : nil)
+        let (offset, overflow) = grid.interval.multipliedReportingOverflow(by: grid.nextIndex)
+        if overflow { return nil }
+        let target = grid.start.saturatingAdding(nanoseconds: Int128(offset))
+        if target == .max { return nil }
+        let deadline = grid.isWall ? monotonicDeadline(forWall: target) : target
+        return (deadline, grid.leeway, grid.isWall ? target : nil)
     }
 
-    /// The engine fired a scheduling of this timer (outside its lock): count the fires,
-    /// schedule the next one.
-    override func fired(sequence: UInt64, now: UInt64) {
-        // Merged under the lock: a reschedule (which drops pending fires under it) is either
-        // before this fire, which then finds its sequence replaced, or after the merge.
-        state.locked { state in
-            guard state.armedSequence == sequence, let schedule = state.schedule else { return }
-            state.armedSequence = 0
-            guard let interval = schedule.interval else {
-                state.schedule = nil  // one-shot: idle until rescheduled
-                state.core?.merge(1)
-                return
+    /// The engine fired the scheduling `sequence` of this timer, due at `firedDeadline`
+    /// (outside the engine's lock): count the fires, schedule the next one.
+    override func fired(sequence: UInt32, deadline firedDeadline: UInt64, now: UInt64) {
+        // Counted under the lock: a reschedule (which drops pending fires under it) is
+        // either before this fire, which then finds its sequence replaced, or after it.
+        let fires = withState { state -> UInt in
+            guard state.flags.contains(TimerCore.live), state.flags.contains(TimerCore.hasSchedule),
+                  self.sequence == sequence else { return 0 }
+            guard let grid = box?.grid, grid.interval > 0 else {
+                // A one-shot: idle until rescheduled.
+                state.flags.remove(TimerCore.hasSchedule)
+                box?.grid = nil
+                addPending(1)
+                return 1
             }
             // Fires missed (handler busy, process stopped) are counted, and the next fire
-            // stays on the grid start + k × interval: no drift. `deadline` is the engine's
-            // field, but the engine took the entry out to fire it, on this thread, and only
-            // `arm` (under this lock) puts it back: it still holds the window that fired.
-            let firedDeadline = deadline
-            let missed = now > firedDeadline ? (now - firedDeadline) / interval : 0
-            state.nextIndex &+= 1 + missed
+            // stays on the grid start + k × interval: no drift.
+            let missed = now > firedDeadline ? (now - firedDeadline) / grid.interval : 0
+            timerExtras().grid?.nextIndex &+= 1 + missed
             arm(&state)
-            state.core?.merge(UInt(truncatingIfNeeded: 1 + missed))
+            let count = UInt(truncatingIfNeeded: 1 + missed)
+            addPending(count)
+            return count
+        }
+        if fires > 0 { changed() }
+    }
+
+    /// How wake-up diagnostics name this timer, and its interval (nil: one-shot).
+    func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?) {
+        let qos = floorQoS.qosClass
+        return withState { _ in
+            let extras = timerExtras()
+            if extras.serial == 0 { extras.serial = Diagnostics.nextTimerSerial() }
+            let origin = TimerFireOrigin(identity: extras.label ?? siteDescription,
+                                         queue: target.label,
+                                         qos: qos == .unspecified ? .default : qos,
+                                         instance: extras.serial)
+            return (origin, extras.grid.map(\.interval).flatMap { $0 > 0 ? $0 : nil })
         }
     }
 }
 
-/// A timer's name in diagnostics, when it has one or diagnostics asked for it.
+/// The schedule of a repeating or wall-clock timer: fire k is due at start + k × interval
+/// (on the wall clock for a wall timer).
+struct TimerGrid {
+    /// The first deadline: monotonic ns, or wall ns since the epoch for a wall timer.
+    var start: UInt64
+    /// 0: a one-shot (on the wall clock).
+    var interval: UInt64
+    /// The effective leeway of every fire.
+    var leeway: UInt64
+    var isWall: Bool
+    /// The fire the engine holds.
+    var nextIndex: UInt64 = 0
+}
+
+/// What a timer keeps beside its core only when it has it: a repeating or wall-clock
+/// schedule, a label, and a serial number for diagnostics.
 ///
-/// `@unchecked Sendable`: only read and written under its driver's lock.
-final class TimerIdentity: @unchecked Sendable {
+/// `@unchecked Sendable`: only read and written under its core's lock.
+final class TimerExtras: @unchecked Sendable {
+    var grid: TimerGrid?
     var label: String?
     /// Tells this timer apart in wake-up diagnostics (0: not asked yet).
     var serial: UInt64 = 0
-
-    /// The box in `slot`, made on first use.
-    static func of(_ slot: inout TimerIdentity?) -> TimerIdentity {
-        if let identity = slot { return identity }
-        let identity = TimerIdentity()
-        slot = identity
-        return identity
-    }
 }

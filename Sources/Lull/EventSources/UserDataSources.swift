@@ -1,8 +1,8 @@
 /// Sums what `add(data:)` merges; `data` is the sum since the handler last ran.
 public final class UserDataAddSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: UserDataAddSource.self, target: queue, merge: .add,
-                                    handle: 0, mask: 0, driver: UserDataDriver()))
+        super.init(core: DrivenSourceCore(kind: UserDataAddSource.self, target: queue, merge: .add,
+                                          handle: 0, mask: 0, driver: UserDataDriver()))
     }
 
     /// Adds `data` (0 does not fire). Lock-free; no system call when already pending.
@@ -12,8 +12,8 @@ public final class UserDataAddSource: EventSourceBase, EventSourceProtocol, @unc
 /// ORs what `or(data:)` merges; `data` is the OR since the handler last ran.
 public final class UserDataOrSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: UserDataOrSource.self, target: queue, merge: .or,
-                                    handle: 0, mask: 0, driver: UserDataDriver()))
+        super.init(core: DrivenSourceCore(kind: UserDataOrSource.self, target: queue, merge: .or,
+                                          handle: 0, mask: 0, driver: UserDataDriver()))
     }
 
     /// ORs `data` in (0 does not fire).
@@ -23,8 +23,8 @@ public final class UserDataOrSource: EventSourceBase, EventSourceProtocol, @unch
 /// Keeps the last value `replace(data:)` merged; `replace(data: 0)` clears what is pending.
 public final class UserDataReplaceSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(queue: WorkQueue?) {
-        super.init(core: SourceCore(kind: UserDataReplaceSource.self, target: queue, merge: .replace,
-                                    handle: 0, mask: 0, driver: UserDataDriver()))
+        super.init(core: DrivenSourceCore(kind: UserDataReplaceSource.self, target: queue, merge: .replace,
+                                          handle: 0, mask: 0, driver: UserDataDriver()))
     }
 
     /// Replaces the pending value (0 clears it and does not fire).

@@ -101,9 +101,9 @@ public struct FileSystemEvent: OptionSet, Sendable, Hashable {
 public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     init(descriptor: Int32, eventMask: FileSystemEvent, queue: WorkQueue?, hub: InotifyHub = .shared) {
         let mask = eventMask.intersection(.all)
-        super.init(core: SourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
-                                    handle: UInt(truncatingIfNeeded: descriptor), mask: mask.rawValue,
-                                    driver: FileSystemObjectDriver(target: .descriptor(descriptor), mask: mask, hub: hub)))
+        super.init(core: DrivenSourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
+                                          handle: UInt(truncatingIfNeeded: descriptor), mask: mask.rawValue,
+                                          driver: FileSystemObjectDriver(target: .descriptor(descriptor), mask: mask, hub: hub)))
     }
 
     init(path: String, eventMask: FileSystemEvent, queue: WorkQueue?, hub: InotifyHub = .shared) throws(EventSourceError) {
@@ -114,8 +114,8 @@ public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol,
             VnodeEventMapping.kernelMask(for: mask, isDirectory: $0)
         }
         let driver = FileSystemObjectDriver(target: .path(path), mask: mask, hub: hub, lease: lease)
-        super.init(core: SourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
-                                    handle: UInt.max, mask: mask.rawValue, driver: driver))
+        super.init(core: DrivenSourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
+                                          handle: UInt.max, mask: mask.rawValue, driver: driver))
     }
 
     /// The events seen since the handler last ran, within the mask (the typed `data`).

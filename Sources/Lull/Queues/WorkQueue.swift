@@ -34,6 +34,14 @@ public final class WorkQueue: Sendable {
     /// The QoS given at creation (`unspecified`: the queue takes its hierarchy's).
     public let qos: QoS
     let kind: Kind
+    /// A root queue (a global queue or the main thread's): a static that lives as long as
+    /// the process, so that what points at it need not count (see `SourceCore.target`).
+    var livesForever: Bool {
+        switch kind {
+        case .root, .mainThread: true
+        case .serial, .concurrent: false
+        }
+    }
     let state: SpinFutexLock<QueueState>
     /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
     let pausedCount = Atomic<Int>(0)

@@ -12,6 +12,10 @@
 /// "The delay" is the interval of a repeating timer, or the time until the deadline of a
 /// one-shot, when it is scheduled.
 enum DefaultLeeway {
+    /// A delay past which every class's default is at its cap (utility's, the last to get
+    /// there, reaches it at 40 ms), with room for the coarse clock's tick.
+    static let saturatingDelay: UInt64 = 100_000_000
+
     static func nanoseconds(for qosClass: QoS.QoSClass, delay: UInt64) -> UInt64 {
         switch qosClass {
         case .userInteractive, .userInitiated, .default, .unspecified:

@@ -10,8 +10,9 @@ import Glibc
 /// Each fire has a window [deadline, deadline + leeway]. Choosing the fewest instants that
 /// hit every window is interval stabbing, and the greedy choice is optimal: wake at the
 /// earliest window *end*, fire every timer whose window has *opened*, repeat. The engine keeps
-/// two heaps over the same entries — by deadline (which windows are open) and by window end
-/// (when to wake) — and arms the reactor's single next-timer at the earliest window end. The
+/// one heap by deadline (which windows are open) and finds the earliest window end (when to
+/// wake) by walking its top, only when it may have changed (see `State.windowEndBound`),
+/// and arms the reactor's single next-timer at that window end. The
 /// price is lateness: a timer fires anywhere in its window, typically near its end when
 /// nothing else wakes the process. Whenever the process is awake anyway (a descriptor event),
 /// the poller also fires whatever is open (`fireIfDue`), so timers ride along for free.
@@ -19,11 +20,18 @@ final class TimerEngine: Sendable {
     static let shared = TimerEngine()
 
     private struct State {
-        var byDeadline = TimerHeap(order: .deadline)
-        var byLatest = TimerHeap(order: .latest)
-        /// Starts at 1: a timer driver uses 0 for "no scheduling".
-        var nextSequence: UInt64 = 1
-        var wallEntries: [ObjectIdentifier: TimerEntry] = [:]
+        var timers = TimerHeap()
+        /// At most the earliest window end of the entries (.max: none), and exactly it when
+        /// `windowEndIsExact`. Scheduling lowers it; removing the entry that ends earliest
+        /// only makes it inexact, and the walk that makes it exact again waits until arming
+        /// needs it — cancelling a timer costs no walk.
+        var windowEndBound: UInt64 = .max
+        var windowEndIsExact = true
+        /// Never 0, which means "no scheduling" (see `TimerSequence`).
+        var nextSequence: UInt32 = 1
+        /// Wall-clock entries and their CLOCK_REALTIME deadlines: the monotonic deadline is
+        /// recomputed from it when the system clock is set.
+        var wallEntries: [ObjectIdentifier: (entry: TimerEntry, wallDeadline: UInt64)] = [:]
         var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
         /// The window end the reactor's timer is armed for, if armed.
         var armedAt: UInt64?
@@ -42,20 +50,17 @@ final class TimerEngine: Sendable {
     /// `wallDeadline` makes it follow changes of the system clock. Returns the scheduling's
     /// sequence number, which its fire will carry.
     @discardableResult
-    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt64 {
+    func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt32 {
         state.locked { state in
             remove(entry, from: &state)
             entry.deadline = deadline
             entry.leeway = leeway
-            entry.latest = deadline.saturatingAdding(nanoseconds: Int128(leeway))
-            entry.wallDeadline = wallDeadline
             entry.sequence = state.nextSequence
-            state.nextSequence &+= 1
-            state.byDeadline.insert(entry)
-            state.byLatest.insert(entry)
+            state.nextSequence = TimerSequence.next(after: state.nextSequence)
+            insert(entry, into: &state)
             if entry.isHousekeeping { state.housekeeping += 1 }
-            if wallDeadline != nil {
-                state.wallEntries[ObjectIdentifier(entry)] = entry
+            if let wallDeadline {
+                state.wallEntries[ObjectIdentifier(entry)] = (entry, wallDeadline)
                 watchClock(&state)
             }
             rearm(&state)
@@ -73,35 +78,59 @@ final class TimerEngine: Sendable {
         state.locked { state in
             guard entry.isScheduled else { return }
             remove(entry, from: &state)
-            earliestDeadline.store(state.byDeadline.first?.deadline ?? .max, ordering: .releasing)
+            earliestDeadline.store(state.timers.firstDeadline ?? .max, ordering: .releasing)
         }
     }
 
     private func remove(_ entry: TimerEntry, from state: inout State) {
         guard entry.isScheduled else { return }
-        state.byDeadline.remove(entry)
-        state.byLatest.remove(entry)
+        take(entry, from: &state)
         if entry.isHousekeeping { state.housekeeping -= 1 }
-        if entry.wallDeadline != nil { state.wallEntries[ObjectIdentifier(entry)] = nil }
+        if !state.wallEntries.isEmpty { state.wallEntries[ObjectIdentifier(entry)] = nil }
+    }
+
+    /// Puts a scheduled entry in the heap, keeping the window-end bound.
+    private func insert(_ entry: TimerEntry, into state: inout State) {
+        state.timers.insert(entry)
+        state.windowEndBound = min(state.windowEndBound, entry.latest)
+    }
+
+    /// Takes an entry out of the heap (before its window changes), keeping the bound.
+    private func take(_ entry: TimerEntry, from state: inout State) {
+        state.timers.remove(entry)
+        if state.timers.count == 0 {
+            state.windowEndBound = .max
+            state.windowEndIsExact = true
+        } else if entry.latest <= state.windowEndBound {
+            state.windowEndIsExact = false
+        }
     }
 
     /// Arms the reactor for the earliest window end if it is not armed at or before it
     /// (under the lock, so that arming follows the order of changes).
     private func rearm(_ state: inout State) {
-        earliestDeadline.store(state.byDeadline.first?.deadline ?? .max, ordering: .releasing)
-        guard let first = state.byLatest.first else { return }
-        if let armed = state.armedAt, armed <= first.latest { return }
+        earliestDeadline.store(state.timers.firstDeadline ?? .max, ordering: .releasing)
+        guard state.timers.count > 0 else { return }
+        // Armed at or before a lower bound of the earliest end: armed early enough.
+        if let armed = state.armedAt, armed <= state.windowEndBound { return }
+        if !state.windowEndIsExact {
+            state.windowEndBound = state.timers.earliestWindowEnd() ?? .max
+            state.windowEndIsExact = true
+        }
+        let end = state.windowEndBound
+        if let armed = state.armedAt, armed <= end { return }
         // At the window's end, or within its last part when the kernel may choose (see
         // `wakeWindow`): arming earlier would split windows that share only that instant into
         // two wake-ups. The kernel's wake-up latency (0.1-0.4 ms measured on a loaded 2-core
         // VM) comes on top, as for any timer.
-        state.armedAt = first.latest
-        Reactor.shared.setTimer(TimerEngine.wakeWindow(deadline: first.deadline, latest: first.latest,
+        state.armedAt = end
+        Reactor.shared.setTimer(TimerEngine.wakeWindow(deadline: state.timers.firstDeadline ?? end, latest: end,
                                                        firedAtLastWake: state.firedAtLastWake))
     }
 
-    /// The part of the earliest-ending window [deadline, latest] in which the reactor may
-    /// let the kernel pick the wake-up (to line it up with other processes' wake-ups, see
+    /// The part of the window [deadline, latest] — from the earliest deadline (before which a
+    /// wake-up fires nothing) to the earliest window end — in which the reactor may let the
+    /// kernel pick the wake-up (to line it up with other processes' wake-ups, see
     /// `TimerSlack`). Waking at t before `latest` fires only the timers due by t: those due in
     /// (t, latest] need a wake-up of their own, which the greedy optimum did not. So the part
     /// shrinks as deadlines get denser — with k timers fired per wake-up, about k deadlines
@@ -116,21 +145,21 @@ final class TimerEngine: Sendable {
     /// The reactor's timer fired: fire everything whose window has opened.
     func fire() {
         let now = SystemClock.monotonicNanoseconds()
-        var due: [(entry: TimerEntry, sequence: UInt64)] = []
+        var due: [(entry: TimerEntry, sequence: UInt32, deadline: UInt64, leeway: UInt64)] = []
         state.locked { state in
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).
             state.armedAt = nil
-            while let first = state.byDeadline.first, first.deadline <= now {
+            while let first = state.timers.first, first.deadline <= now {
                 remove(first, from: &state)
-                due.append((first, first.sequence))
+                due.append((first, first.sequence, first.deadline, first.leeway))
             }
             if !due.isEmpty { state.firedAtLastWake = due.count }
             rearm(&state)
         }
-        for (entry, sequence) in due {
-            Diagnostics.timerWillFire(entry, now: now)
-            entry.fired(sequence: sequence, now: now)
+        for (entry, sequence, deadline, leeway) in due {
+            Diagnostics.timerWillFire(entry, deadline: deadline, leeway: leeway, now: now)
+            entry.fired(sequence: sequence, deadline: deadline, now: now)
         }
     }
 
@@ -170,14 +199,10 @@ final class TimerEngine: Sendable {
         state.locked { state in
             let wallNow = SystemClock.realtimeNanoseconds()
             let monotonicNow = SystemClock.monotonicNanoseconds()
-            for entry in state.wallEntries.values {
-                guard let wall = entry.wallDeadline else { continue }
-                state.byDeadline.remove(entry)
-                state.byLatest.remove(entry)
+            for (entry, wall) in state.wallEntries.values {
+                take(entry, from: &state)
                 entry.deadline = monotonicDeadline(forWall: wall, wallNow: wallNow, monotonicNow: monotonicNow)
-                entry.latest = entry.deadline.saturatingAdding(nanoseconds: Int128(entry.leeway))
-                state.byDeadline.insert(entry)
-                state.byLatest.insert(entry)
+                insert(entry, into: &state)
             }
             rearm(&state)
         }
@@ -186,7 +211,7 @@ final class TimerEngine: Sendable {
 
     /// Live timers of the program — timer sources and delayed blocks, not the runtime's own
     /// housekeeping (for diagnostics and tests).
-    var count: Int { state.locked { $0.byDeadline.count - $0.housekeeping } }
+    var count: Int { state.locked { $0.timers.count - $0.housekeeping } }
 }
 
 /// Converts a wall-clock instant to the monotonic clock, as of the given readings of both

@@ -1,37 +1,96 @@
-/// One pending fire in the timer engine: a window [deadline, latest] on the monotonic clock.
-/// What firing does is the subclass's: a delayed block (`DelayedEntry`), a callback on the
-/// polling thread (`CallbackEntry`), or a timer source, whose driver is its own entry (one
-/// object per timer, rescheduled in place from fire to fire).
+/// One pending fire in the timer engine: a window [deadline, deadline + leeway] on the
+/// monotonic clock. What firing does is the subclass's: a delayed block (`DelayedEntry`), a
+/// callback on the polling thread (`CallbackEntry`), or a timer source, whose core is its
+/// own entry (`TimerCore`: one object per timer beside the program's handle, rescheduled in
+/// place from fire to fire).
 ///
-/// `@unchecked Sendable`: the fields below are read and written only by `TimerEngine` under
-/// its lock; subclasses add only `let`s of `Sendable` types or state behind locks of their own.
+/// Every source core is an entry (`SourceCore` derives from this class), so that a timer's
+/// core needs no second object; the 20 bytes of timing cost the other kinds nothing they
+/// had not lost elsewhere (see `SourceCore`). The fields are as small as the engine allows:
+/// a million idle timers are mostly these objects.
+///
+/// `@unchecked Sendable`: the fields below are read and written by `TimerEngine` under its
+/// lock (a timer core also writes them, under its own lock, while it is not in the engine);
+/// subclasses add only `let`s of `Sendable` types or state behind locks of their own.
 class TimerEntry: @unchecked Sendable {
-    // Fields in declaration order, the odd-sized ones last: a timer source's driver
-    // (which is its entry) stays a size class smaller.
     var deadline: UInt64 = 0
-    var latest: UInt64 = 0
-    var leeway: UInt64 = 0
-    /// Unique per scheduling: orders equal times, and tells a fire of an earlier scheduling
-    /// of the same entry from the current one.
-    var sequence: UInt64 = 0
-    var deadlineSlot: Int32 = -1
-    var latestSlot: Int32 = -1
-    /// For a wall-clock timer, the deadline on CLOCK_REALTIME: the monotonic `deadline` is
-    /// recomputed from it when the system clock is set.
-    var wallDeadline: UInt64?
-    /// The runtime's own (the stall check): not counted among the program's timers.
-    let isHousekeeping: Bool
+    /// Numbers the schedulings (never 0, which means none): orders equal deadlines, and
+    /// tells a fire of an earlier scheduling of the same entry from the current one. 32 bits
+    /// wrap (see `TimerSequence`): a fire is compared with its own entry's current
+    /// scheduling microseconds later, never 2^32 schedulings apart.
+    var sequence: UInt32 = 0
+    /// The leeway in 32 bits (see `LeewayCode`).
+    private var leewayCode = LeewayCode(nanoseconds: 0)
+    /// Where the entry is in the engine's heap; -1: not scheduled.
+    var slot: Int32 = -1
 
-    init(isHousekeeping: Bool = false) {
-        self.isHousekeeping = isHousekeeping
+    init() {}
+
+    /// The leeway: exact up to about 2.1 s, rounded down to whole milliseconds above (up to
+    /// about 24.8 days), `UInt64.max` for a window that never closes. Rounding down narrows
+    /// a window: a timer may fire a little sooner within it, never later than asked.
+    var leeway: UInt64 {
+        get { leewayCode.nanoseconds }
+        set { leewayCode = LeewayCode(nanoseconds: newValue) }
     }
 
-    var isScheduled: Bool { deadlineSlot >= 0 }
+    var isScheduled: Bool { slot >= 0 }
 
-    /// The engine fired the scheduling `sequence` of this entry (outside the engine's lock:
-    /// the entry may have been rescheduled since).
-    func fired(sequence: UInt64, now: UInt64) {
-        lullFatal("TimerEntry.fired(sequence:now:) must be overridden")
+    /// The end of the window: the deadline plus the leeway, at most the end of the clock.
+    var latest: UInt64 {
+        let (sum, overflow) = deadline.addingReportingOverflow(leeway)
+        return overflow ? .max : sum
+    }
+
+    /// The runtime's own (the stall check): not counted among the program's timers.
+    var isHousekeeping: Bool { false }
+
+    /// The engine fired the scheduling `sequence` of this entry, whose window opened at
+    /// `deadline` (outside the engine's lock: the entry may have been rescheduled since).
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
+        lullFatal("TimerEntry.fired(sequence:deadline:now:) must be overridden")
+    }
+}
+
+/// Scheduling numbers in 32 bits that wrap: "earlier" is a wrapping difference, right while
+/// the entries compared were scheduled fewer than 2^31 schedulings apart (two entries with
+/// the very same deadline nanosecond, scheduled billions of schedulings apart, may fire in
+/// either order within their one wake-up).
+enum TimerSequence {
+    static func isEarlier(_ lhs: UInt32, than rhs: UInt32) -> Bool {
+        Int32(bitPattern: lhs &- rhs) < 0
+    }
+
+    /// The number after `sequence`, skipping 0.
+    static func next(after sequence: UInt32) -> UInt32 {
+        let next = sequence &+ 1
+        return next == 0 ? 1 : next
+    }
+}
+
+/// A leeway in 32 bits: nanoseconds below 2^31, whole milliseconds above (the top bit set),
+/// all ones for "no end".
+struct LeewayCode {
+    private let bits: UInt32
+
+    private static let millisecondsFlag: UInt32 = 0x8000_0000
+    private static let unbounded: UInt32 = .max
+
+    init(nanoseconds: UInt64) {
+        if nanoseconds < UInt64(LeewayCode.millisecondsFlag) {
+            bits = UInt32(nanoseconds)
+        } else if nanoseconds == .max {
+            bits = LeewayCode.unbounded
+        } else {
+            let milliseconds = min(nanoseconds / 1_000_000, UInt64(LeewayCode.unbounded - 1 - LeewayCode.millisecondsFlag))
+            bits = LeewayCode.millisecondsFlag | UInt32(milliseconds)
+        }
+    }
+
+    var nanoseconds: UInt64 {
+        if bits < LeewayCode.millisecondsFlag { return UInt64(bits) }
+        if bits == LeewayCode.unbounded { return .max }
+        return UInt64(bits & ~LeewayCode.millisecondsFlag) * 1_000_000
     }
 }
 
@@ -49,7 +108,7 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {
         super.init()
     }
 
-    override func fired(sequence: UInt64, now: UInt64) {
+    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         queue.enqueue(job)
     }
 }
@@ -58,13 +117,17 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {
 /// housekeeping (and tests of the engine).
 final class CallbackEntry: TimerEntry, @unchecked Sendable {
     let action: @Sendable () -> Void
+    private let housekeeping: Bool
 
     init(isHousekeeping: Bool = false, _ action: @escaping @Sendable () -> Void) {
         self.action = action
-        super.init(isHousekeeping: isHousekeeping)
+        housekeeping = isHousekeeping
+        super.init()
     }
 
-    override func fired(sequence: UInt64, now: UInt64) {
+    override var isHousekeeping: Bool { housekeeping }
+
+    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         action()
     }
 }

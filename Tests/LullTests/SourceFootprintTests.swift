@@ -1,0 +1,50 @@
+import CLullShims
+import Glibc
+import Testing
+@testable import Lull
+
+/// What one idle source costs in memory, object by object (malloc's usable size of each),
+/// so that a field added carelessly shows here and not months later in `lull-bench
+/// timer-memory`. Issue #4 asks an idle timer to cost at most half of Dispatch's (448 B
+/// measured): the handle (24 B object, 32 B chunk), the core (at most 120 B usable: a 128 B
+/// chunk, also the largest size glibc frees without a lock from another thread, see
+/// `SourceCore`) and a 16 B slot in the engine's heap come to 176 B.
+extension LullSuite {
+    @Suite struct SourceFootprintTests {
+        static func usableSize(_ object: AnyObject) -> Int {
+            withExtendedLifetime(object) { lull_malloc_usable_size(Unmanaged.passUnretained(object).toOpaque()) }
+        }
+
+        @Test func anIdleTimerIsTwoSmallObjects() {
+            let timer = EventSource.makeTimerSource()
+            timer.setEventHandler {}
+            timer.schedule(deadline: .now() + .seconds(3600))
+            timer.activate()
+            defer { timer.cancel() }
+            #expect(Self.usableSize(timer) <= 24, "the timer's handle grew")
+            #expect(Self.usableSize(timer.core) <= 120, "the timer's core grew past a 128-byte malloc chunk")
+            // An event handler and a one-shot on the monotonic clock: nothing else was
+            // allocated for the timer.
+            #expect(timer.core.withState { $0.extras } == nil)
+        }
+
+        @Test func aCancelHandlerTakesOneSmallBox() throws {
+            let timer = EventSource.makeTimerSource()
+            timer.setCancelHandler {}
+            defer { timer.cancel() }
+            let extras = try #require(timer.core.withState { $0.extras })
+            #expect(Self.usableSize(extras) <= 120, "the extras box grew past a 128-byte malloc chunk")
+        }
+
+        @Test func anIdleReadSourceCoreStaysWithinItsSizeClass() throws {
+            var descriptors: [Int32] = [0, 0]
+            try #require(pipe(&descriptors) == 0)
+            defer { close(descriptors[0]); close(descriptors[1]) }
+            let source = EventSource.makeReadSource(fileDescriptor: descriptors[0])
+            source.setEventHandler {}
+            source.activate()
+            defer { source.cancel() }
+            #expect(Self.usableSize(source.core) <= 152, "a source core grew past a 160-byte malloc chunk")
+        }
+    }
+}
