@@ -15,6 +15,15 @@ extension LullSuite {
 
         // MARK: The plan
 
+        @Test func slackIsOffUnlessTheEnvironmentTurnsItOn() {
+            let asked = getenv("LULL_TIMER_SLACK").map { String(cString: $0) }
+            #expect(TimerSlack.isEnabled == (asked == "1" || asked?.lowercased() == "on"))
+            let window = WakeWindow(earliest: 1_000_000_000, latest: 2_000_000_000)
+            if !TimerSlack.isEnabled {
+                #expect(TimerSlack.plan(window, now: 0, coarseNow: 0).coarse == nil)
+            }
+        }
+
         @Test func narrowWindowsWakeOnTheTimerfdAtTheirEnd() {
             let now: UInt64 = 1_000 * Self.millisecond
             for leeway in [0, 1, 5, 9].map({ UInt64($0) * Self.millisecond }) {
@@ -130,7 +139,10 @@ extension LullSuite {
         }
 
         @Test func thePollerSleepsWithTheSlackOfAWideWindowAndDropsItAfterwards() throws {
-            guard TimerSlack.isUsable else { return }  // LULL_TIMER_SLACK=0 in the environment
+            let wasEnabled = TimerSlack.isEnabled
+            TimerSlack.isEnabled = true  // off by default
+            defer { TimerSlack.isEnabled = wasEnabled }
+            #expect(TimerSlack.isUsable, "prctl refused a timer slack earlier in this process")
             let defaultSlack = lull_get_timer_slack()
             // One lone fire first: the engine then judges deadlines sparse.
             let warmed = Flag()
@@ -159,7 +171,10 @@ extension LullSuite {
         }
 
         @Test func aLeaderAsleepTakesTheSlackOfAWindowArmedFromAnotherThread() {
-            guard TimerSlack.isUsable else { return }
+            let wasEnabled = TimerSlack.isEnabled
+            TimerSlack.isEnabled = true  // off by default
+            defer { TimerSlack.isEnabled = wasEnabled }
+            #expect(TimerSlack.isUsable, "prctl refused a timer slack earlier in this process")
             let defaultSlack = lull_get_timer_slack()
             let warmed = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }

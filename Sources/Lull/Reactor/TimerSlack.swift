@@ -81,19 +81,28 @@ enum TimerSlack {
     /// conversions in between (ns to µs to ms).
     static let guardNanoseconds: UInt64 = 500_000
 
-    /// `LULL_TIMER_SLACK=0` (or `off`) turns wide windows off: every window wakes on the
-    /// timerfd at its end, as before timer slack was used (for comparisons).
-    static let isEnabledByEnvironment: Bool = {
-        guard let value = getenv("LULL_TIMER_SLACK").map({ String(cString: $0) }) else { return true }
-        return !(value == "0" || value.lowercased() == "off")
-    }()
+    /// Whether wide windows use slack: off unless `LULL_TIMER_SLACK=1` (or `on`) is in the
+    /// environment. Off by default because the engine cannot yet tell whether a deadline
+    /// falls in the part of a window it gives the kernel (a wake-up there splits timers the
+    /// greedy optimum fires together: 2x the wake-ups measured with windows that touch), and
+    /// because libevent's coarse clock sometimes costs a second wake-up (see ARCHITECTURE.md).
+    /// Internal code (tests) may switch it.
+    private static let enabled = Atomic<Bool>({
+        guard let value = getenv("LULL_TIMER_SLACK").map({ String(cString: $0) }) else { return false }
+        return value == "1" || value.lowercased() == "on"
+    }())
+
+    static var isEnabled: Bool {
+        get { enabled.load(ordering: .relaxed) }
+        set { enabled.store(newValue, ordering: .relaxed) }
+    }
 
     /// Cleared when prctl refused a slack: wide windows then stop (without its slack, a wide
     /// window's thread would wake at the start of its window rather than in it).
     private static let prctlWorks = Atomic<Bool>(true)
 
     static var isUsable: Bool {
-        isEnabledByEnvironment && prctlWorks.load(ordering: .relaxed)
+        isEnabled && prctlWorks.load(ordering: .relaxed)
     }
 
     /// How to arm `window` at precise time `now`, given `coarseNow`, a CLOCK_MONOTONIC_COARSE
