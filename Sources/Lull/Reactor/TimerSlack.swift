@@ -27,7 +27,7 @@ struct WakeWindow: Equatable, Sendable {
 ///
 /// Every window is armed on the reactor's precise timerfd at its `latest` instant: a
 /// timerfd gets no timer slack and no rounding, so that is where narrow windows (leeway 0)
-/// wake, and it bounds the wake-up of every other window. A window wide enough also arms
+/// wake, and it bounds the wake-up of every other window. When slack is on (`TimerSlack.isEnabled`), a window wide enough also arms
 /// libevent's timeout — the timeout of `epoll_wait`, the only sleep the kernel's timer slack
 /// applies to — at `earliest`, with the polling thread's slack set to how late after that the
 /// kernel may wake it: the kernel then wakes the thread anywhere in [earliest, latest], at the
