@@ -19,7 +19,7 @@ public class EventSourceBase: @unchecked Sendable {
     /// fires; `data` and the typed accessors are valid inside it. `qos` and `flags` apply to
     /// each run as to a submitted block.
     public func setEventHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [], handler: (@Sendable () -> Void)?) {
-        core.setHandler(.event, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
+        core.setHandler(.event, SourceHandler.wrapping(handler, qos: qos, flags: flags))
     }
 
     /// Sets the work item performed each time the source fires (its QoS and flags apply).
@@ -30,7 +30,7 @@ public class EventSourceBase: @unchecked Sendable {
     /// Sets (or with nil removes) the block run once, last, after `cancel()`: after it, no
     /// event handler runs and what the source watched (a descriptor) may be closed.
     public func setCancelHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [], handler: (@Sendable () -> Void)?) {
-        core.setHandler(.cancel, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
+        core.setHandler(.cancel, SourceHandler.wrapping(handler, qos: qos, flags: flags))
     }
 
     /// Sets the work item performed once, last, after `cancel()`.
@@ -42,7 +42,7 @@ public class EventSourceBase: @unchecked Sendable {
     /// activation, before any event handler.
     public func setRegistrationHandler(qos: QoS = .unspecified, flags: WorkItemFlags = [],
                                        handler: (@Sendable () -> Void)?) {
-        core.setHandler(.registration, handler.map { SourceHandler(qos: qos, flags: flags, block: $0) })
+        core.setHandler(.registration, SourceHandler.wrapping(handler, qos: qos, flags: flags))
     }
 
     /// Sets the work item performed once at registration, before any event handler.

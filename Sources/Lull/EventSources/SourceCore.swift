@@ -91,7 +91,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     var kindName: String { String(describing: kind) }
 
     /// The QoS the target queue imposes (the timer's default leeway depends on it).
-    var floorQoS: QoS { WorkQueue.floor(ownQoS: .unspecified, target: target) }
+    var floorQoS: QoS {
+        // A root target (most sources) answers without a reference to it being counted.
+        if case .root(let qosClass) = target.kind { return qosClass == .default ? .unspecified : QoS(qosClass) }
+        return WorkQueue.floor(ownQoS: .unspecified, target: target)
+    }
 
     enum HandlerSlot {
         case event, cancel, registration
@@ -152,27 +156,26 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     // MARK: Handlers
 
-    func setHandler(_ slot: HandlerSlot, _ handler: SourceHandler?) {
+    func setHandler(_ slot: HandlerSlot, _ handler: consuming SourceHandler?) {
         // After cancellation, handlers are released and not taken again (no retain cycle).
         guard !isCancelled || slot == .cancel else { return }
-        // The replaced handler is released after the lock: it may hold the last reference
-        // to the source, whose deinit takes the lock again.
-        let replaced = state.locked { state -> SourceHandler? in
+        // Swapped in, not copied: the closure is retained once, when the handler is made.
+        // The replaced handler comes back in `swapped` and is released after the lock: it
+        // may hold the last reference to the source, whose deinit takes the lock again.
+        var swapped = consume handler
+        state.locked { state in
             switch slot {
-            case .event: defer { state.eventHandler = handler }; return state.eventHandler
+            case .event:
+                swap(&state.eventHandler, &swapped)
             case .cancel:
-                if handler == nil && state.extras == nil { return nil }
-                let box = extras(&state)
-                defer { box.cancelHandler = handler }
-                return box.cancelHandler
+                if swapped == nil && state.extras == nil { return }
+                swap(&extras(&state).cancelHandler, &swapped)
             case .registration:
-                if handler == nil && state.extras == nil { return nil }
-                let box = extras(&state)
-                defer { box.registrationHandler = handler }
-                return box.registrationHandler
+                if swapped == nil && state.extras == nil { return }
+                swap(&extras(&state).registrationHandler, &swapped)
             }
         }
-        _ = replaced
+        _ = consume swapped
     }
 
     // MARK: Lifecycle

@@ -28,6 +28,12 @@ struct SourceHandler: Sendable {
         relativePriority = Int8(propagated.relativePriority)
     }
 
+    /// The handler for an optional block (`Optional.map` would retain the block twice).
+    static func wrapping(_ block: consuming (@Sendable () -> Void)?, qos: QoS, flags: WorkItemFlags) -> SourceHandler? {
+        guard let block else { return nil }
+        return SourceHandler(qos: qos, flags: flags, block: block)
+    }
+
     init(item: WorkItem) {
         let propagated = QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil)
         qosClass = propagated.qosClass

@@ -30,6 +30,13 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     /// The core, which is the timer's entry in the engine (one object per timer beside this one).
     private var timer: TimerCore { unsafeDowncast(core, to: TimerCore.self) }
 
+    /// Calls `body` with the core, counting no reference: this handle holds one for its
+    /// whole life.
+    @inline(__always)
+    private func withTimer<R>(_ body: (TimerCore) -> R) -> R {
+        Unmanaged.passUnretained(timer)._withUnsafeGuaranteedRef(body)
+    }
+
     init(flags: TimerFlags, queue: WorkQueue?, site: TimerSite) {
         super.init(core: TimerCore(strict: flags.contains(.strict), target: queue, site: site))
     }
@@ -44,15 +51,19 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     /// Schedules the timer on the monotonic clock; replaces any previous schedule, and fires
     /// of the previous schedule not yet delivered are dropped (as in Dispatch).
     public func schedule(deadline: Deadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        timer.schedule(start: deadline.uptimeNanoseconds, interval: TimerCore.nanoseconds(repeating),
-                       leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: false)
+        withTimer {
+            $0.schedule(start: deadline.uptimeNanoseconds, interval: TimerCore.nanoseconds(repeating),
+                        leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: false)
+        }
     }
 
     /// Schedules the timer on the wall clock; replaces any previous schedule (dropping its
     /// undelivered fires).
     public func schedule(wallDeadline: WallDeadline, repeating: Duration? = nil, leeway: Duration = .zero) {
-        timer.schedule(start: wallDeadline.nanosecondsSinceEpoch, interval: TimerCore.nanoseconds(repeating),
-                       leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: true)
+        withTimer {
+            $0.schedule(start: wallDeadline.nanosecondsSinceEpoch, interval: TimerCore.nanoseconds(repeating),
+                        leeway: TimerCore.nanoseconds(leeway) ?? 0, isWall: true)
+        }
     }
 }
 

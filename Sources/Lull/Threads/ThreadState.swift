@@ -90,6 +90,13 @@ final class ThreadState {
         return install(ThreadState(workerClass: nil))
     }
 
+    /// The calling thread's `pollingClass`, read without retaining its state (every submit
+    /// asks; only a polling worker's answer is not nil).
+    static var currentPollingClass: QoS.QoSClass? {
+        guard let pointer = pthread_getspecific(key) else { return nil }
+        return Unmanaged<ThreadState>.fromOpaque(pointer)._withUnsafeGuaranteedRef { $0.pollingClass }
+    }
+
     /// Makes the calling thread a worker of `qosClass`.
     static func installWorker(_ qosClass: QoS.QoSClass) -> ThreadState {
         install(ThreadState(workerClass: qosClass))

@@ -53,9 +53,8 @@ final class WorkerPool: Sendable {
     /// Queues a job (already resolved to its QoS) on the pool of its class.
     func submit(_ job: consuming Job) {
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
-        let thread = ThreadState.current
-        if thread.pollingClass == qosClass {
-            thread.inlineBatch.append(job)
+        if ThreadState.currentPollingClass == qosClass {
+            ThreadState.current.inlineBatch.append(job)
             return
         }
         let pool = classes[qosClass.poolIndex]
