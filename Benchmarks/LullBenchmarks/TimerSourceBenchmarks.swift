@@ -354,7 +354,8 @@ enum TimerSourceBenchmarks {
         },
         sizeDescription: { "N=\(Format.grouped($0.n))" },
         run: runTimerChurn,
-        maxRuns: 2
+        interleaved: true,
+        maxRuns: 5
     )
 
     @Sendable

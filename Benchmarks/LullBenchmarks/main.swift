@@ -36,9 +36,10 @@ let usage = """
       --quick             smaller N, 3 runs, 1 s idle window
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
                           idle-read-sources-* and timer-memory: fresh processes measured (each
-                          warms up itself); at most 2 for timer-churn and 3 for timer-memory;
-                          not timer-wakeups (one fresh process, one window); fs-tree-watch:
-                          fresh processes; at most 3 for fs-storm
+                          warms up itself), at most 3 for timer-memory; timer-churn: rounds
+                          (at most 5) of a fresh Lull and a fresh Dispatch process taking
+                          turns; not timer-wakeups (one fresh process, one window);
+                          fs-tree-watch: fresh processes; at most 3 for fs-storm
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
                           blocks or calls (default 1,000,000; async-after 100,000; quick: a
@@ -113,21 +114,14 @@ func parse(_ arguments: [String]) -> (Options, [Benchmark]) {
 func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     let parameters = benchmark.parameters(options)
     emit("== \(benchmark.name) (\(benchmark.sizeDescription(parameters))): \(benchmark.title)")
-    var series: [Runtime: Series] = [:]
     let cleanUp = benchmark.prepare?(parameters)
     defer { cleanUp?() }
     let runs = min(options.runs, benchmark.maxRuns ?? options.runs)
+    if benchmark.interleaved {
+        return measureInterleaved(benchmark, parameters: parameters, rounds: runs, options: options)
+    }
+    var series: [Runtime: Series] = [:]
     for runtime in Runtime.allCases {
-        let childArguments = [
-            childSubcommand, benchmark.name, runtime.rawValue, String(parameters.n), "\(parameters.seconds)",
-            "\(parameters.runTimeout)", String(runs), "\(options.budgetSeconds)",
-        ]
-        // One run may take up to its timeout; the child stops starting runs after its budget.
-        let childTimeout = benchmark.freshProcessPerRun
-            ? 2 * parameters.runTimeout + 10
-            : benchmark.singleShot
-            ? parameters.runTimeout + IdleBenchmark.settleSeconds + parameters.seconds + 10
-            : 2 * parameters.runTimeout + options.budgetSeconds + 10
         let started = Clock.now()
         var runtimeSeries = Series()
         // Fresh-process benchmarks: one child per measurement, within the same time budget.
@@ -138,17 +132,65 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
                     + "(time budget of \(Format.seconds(options.budgetSeconds)))")
                 break
             }
-            let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
-            runtimeSeries.absorb(ChildReport.series(from: result, timeout: childTimeout))
+            runtimeSeries.absorb(runChild(benchmark, runtime, parameters: parameters, runs: runs, options: options))
             if runtimeSeries.problem != nil || runtimeSeries.skipped != nil { break }
         }
-        let elapsed = Clock.seconds(from: started, to: Clock.now())
         series[runtime] = runtimeSeries
-        emit("   \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(Report.describe(runtimeSeries, benchmark))"
-            + "  [\(Format.fixed(elapsed, 1)) s]")
-        for note in runtimeSeries.notes { emit("              \(note)") }
+        emitSeries(benchmark, runtime, runtimeSeries, seconds: Clock.seconds(from: started, to: Clock.now()))
     }
     return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
+}
+
+/// `rounds` rounds of one child per runtime, taking turns (see `Benchmark.interleaved`).
+func measureInterleaved(_ benchmark: Benchmark, parameters: Parameters, rounds: Int, options: Options) -> BenchmarkResult {
+    var series: [Runtime: Series] = [:]
+    var seconds: [Runtime: Double] = [:]
+    var roundRatios: [Double] = []
+    rounds: for _ in 0..<rounds {
+        var figures: [Runtime: Double] = [:]
+        for runtime in Runtime.allCases {
+            let started = Clock.now()
+            let child = runChild(benchmark, runtime, parameters: parameters, runs: 1, options: options)
+            seconds[runtime, default: 0] += Clock.seconds(from: started, to: Clock.now())
+            figures[runtime] = child.median
+            series[runtime, default: Series()].absorb(child)
+            if child.problem != nil || child.skipped != nil { break rounds }
+        }
+        if let lull = figures[.lull], let peer = figures[.dispatch], lull > 0, peer > 0 {
+            roundRatios.append(benchmark.lowerIsBetter ? peer / lull : lull / peer)
+        }
+    }
+    for runtime in Runtime.allCases {
+        emitSeries(benchmark, runtime, series[runtime] ?? Series(), seconds: seconds[runtime] ?? 0)
+    }
+    if let median = Series.median(roundRatios) {
+        emit("   rounds:   Lull's advantage in each round "
+            + roundRatios.map { Format.fixed($0, 2) + "x" }.joined(separator: ", ")
+            + " (median \(Format.fixed(median, 2))x)")
+    }
+    return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
+}
+
+/// One child process measuring `runs` runs (after its warm-up run) of one runtime.
+func runChild(_ benchmark: Benchmark, _ runtime: Runtime, parameters: Parameters, runs: Int, options: Options) -> Series {
+    let childArguments = [
+        childSubcommand, benchmark.name, runtime.rawValue, String(parameters.n), "\(parameters.seconds)",
+        "\(parameters.runTimeout)", String(runs), "\(options.budgetSeconds)",
+    ]
+    // One run may take up to its timeout; the child stops starting runs after its budget.
+    let childTimeout = benchmark.freshProcessPerRun
+        ? 2 * parameters.runTimeout + 10
+        : benchmark.singleShot
+        ? parameters.runTimeout + IdleBenchmark.settleSeconds + parameters.seconds + 10
+        : 2 * parameters.runTimeout + options.budgetSeconds + 10
+    let result = ChildProcess.runSelf(childArguments, timeout: childTimeout)
+    return ChildReport.series(from: result, timeout: childTimeout)
+}
+
+func emitSeries(_ benchmark: Benchmark, _ runtime: Runtime, _ series: Series, seconds: Double) {
+    emit("   \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(Report.describe(series, benchmark))"
+        + "  [\(Format.fixed(seconds, 1)) s]")
+    for note in series.notes { emit("              \(note)") }
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
