@@ -130,6 +130,10 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     func registerKind() -> (any Error)? { nil }
     /// Stops watching: when this returns, nothing merges into the source any more.
     func unregisterKind() {}
+    /// Stops watching, for a kind that can do it under the core's lock (a timer): returns
+    /// true when done. The default, false, unregisters outside the lock with
+    /// `unregisterKind()`.
+    func unregisterKind(_ state: inout State) -> Bool { false }
     /// The value of `data` for a delivery whose merged value is `merged`; nil when there is
     /// nothing to deliver after all (a readiness that went away).
     func dataForDelivery(merged: UInt) -> UInt? { merged }
@@ -224,7 +228,26 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// after this; the cancel handler runs once, after the source left the reactor.
     func cancel() {
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        unregisterKind()
+        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        if !scheduled.load(ordering: .acquiring) && !scheduled.exchange(true, ordering: .acquiringAndReleasing) {
+            // This thread decides what runs next: a kind that unregisters under the lock
+            // does both in one lock round trip (cancelling is most of a timeout's life).
+            let seen = changes.load(ordering: .acquiring)
+            let decided = state.locked { state -> (Step, QoS)?? in
+                guard unregisterKind(&state) else { return .none }
+                return .some(nextStep(&state))
+            }
+            if let decided {
+                if !post(decided, seen: seen) { scheduleNext() }
+                return
+            }
+            unregisterKind()
+            if !post(state.locked { nextStep(&$0) }, seen: seen) { scheduleNext() }
+            return
+        }
+        // A job of the source is posted or running, and decides again when it is done:
+        // unregistered first, the cancel handler comes after the source left the reactor.
+        if !state.locked({ unregisterKind(&$0) }) { unregisterKind() }
         changed()
     }
 
@@ -299,16 +322,22 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            let decided = state.locked { state -> (Step, QoS)? in nextStep(&state) }
-            if let (step, qos) = decided {
-                postedStep.store(step.rawValue, ordering: .releasing)
-                target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
-                return
-            }
-            scheduled.store(false, ordering: .releasing)
-            // Nothing to do as of `seen`; if anything changed since, decide again.
-            if changes.load(ordering: .acquiring) == seen { return }
+            if post(state.locked { state -> (Step, QoS)? in nextStep(&state) }, seen: seen) { return }
         }
+    }
+
+    /// By the holder of `scheduled`, after deciding as of the change count `seen`: posts the
+    /// job decided, or gives the token back. False when something changed since `seen` and
+    /// nothing was posted: the caller decides again.
+    private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
+        if let (step, qos) = decided {
+            postedStep.store(step.rawValue, ordering: .releasing)
+            target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
+            return true
+        }
+        scheduled.store(false, ordering: .releasing)
+        // Nothing to do as of `seen`; if anything changed since, decide again.
+        return changes.load(ordering: .acquiring) == seen
     }
 
     /// What runs next, if anything (under the lock). Nothing runs before activation or

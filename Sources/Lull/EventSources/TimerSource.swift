@@ -184,10 +184,13 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     }
 
     override func unregisterKind() {
-        withState { state in
-            state.flags.remove(TimerCore.live)
-            disarm()
-        }
+        withState { state in _ = unregisterKind(&state) }
+    }
+
+    override func unregisterKind(_ state: inout State) -> Bool {
+        state.flags.remove(TimerCore.live)
+        disarm()
+        return true
     }
 
     /// Puts the next fire of the schedule in the engine (under this core's lock), or takes
