@@ -69,11 +69,11 @@ struct Benchmark: Sendable {
     /// (for figures a process cannot measure twice, such as the memory a first use costs),
     /// and report their median.
     var freshProcessPerRun = false
-    /// Measure in rounds: each round starts one child per runtime, Lull's then the peer's,
-    /// each warming up and taking one measured run, so that the host's slow and fast phases
-    /// (minutes long on a shared VM) fall on both runtimes alike; the figures are the medians
-    /// over the rounds, and the report adds the median of the rounds' own ratios.
-    var interleaved = false
+    /// The Lull child measures the peer too, in the same process (its `run` reports the
+    /// peer's figures as extras prefixed "peer "): no peer child is started, and the peer's
+    /// column comes from those extras — the fairest comparison on a host whose speed moves
+    /// from one second to the next.
+    var peerInSameProcess = false
     /// At most this many measured runs (fresh processes with `freshProcessPerRun`), whatever
     /// `--runs` says: for the long benchmarks, to keep the suite's time in bounds.
     var maxRuns: Int?

@@ -68,8 +68,8 @@ enum Report {
             emit("the optimal number of wake-up instants for the same timer windows over the same span (greedy interval")
             emit("stabbing, computed by the benchmark); 1.00x would mean a single thread waking once per optimal instant.")
             emit("timer-wakeups is a single window in a fresh process; timer-memory the median of up to 3 fresh processes;")
-            emit("timer-churn: up to 5 rounds, each a fresh Lull process then a fresh Dispatch process (warm-up run,")
-            emit("then one measured run), so that the host's slow and fast phases fall on both; medians over the rounds.")
+            emit("timer-churn: up to 5 fresh processes, each running both runtimes in alternating chunks of 100 k timers")
+            emit("(a warm-up run, then one measured run), so that the host's slow and fast phases fall on both alike.")
         }
         if results.contains(where: { $0.benchmark.peerName != Runtime.dispatch.displayName }) {
             emit("fs-*: Dispatch has no file-system sources on Linux; the Dispatch column holds the peer named in the")

@@ -345,7 +345,8 @@ enum TimerSourceBenchmarks {
         name: "timer-churn",
         title: "timer churn: one thread creates N one-shot timer sources (default global queue; an event handler and "
             + "a counting cancel handler), schedules each 1 h ahead, activates and cancels it; figure = N / "
-            + "(loop + drain until the last cancel handler ran)",
+            + "(loop + drain until the last cancel handler ran). Lull and Dispatch run in the same process, in "
+            + "\(churnChunks) alternating chunks of N/\(churnChunks) timers each (the first of each pair alternates too)",
         unit: "timers/s",
         lowerIsBetter: false,
         singleShot: false,
@@ -354,18 +355,82 @@ enum TimerSourceBenchmarks {
         },
         sizeDescription: { "N=\(Format.grouped($0.n))" },
         run: runTimerChurn,
-        interleaved: true,
+        peerInSameProcess: true,
         maxRuns: 5
     )
 
+    /// Chunks per runtime in one run: short enough (~100 ms each) that the host's slow and
+    /// fast phases, which last seconds on a shared VM, fall on both runtimes alike.
+    static let churnChunks = 10
+
+    /// Times and CPU times of the chunks of one runtime, summed.
+    struct ChurnTotals {
+        var wall: UInt64 = 0
+        var loopWall: UInt64 = 0
+        var loopCPU: UInt64 = 0
+        var processCPU: UInt64 = 0
+    }
+
+    /// One run: `churnChunks` chunks per runtime, taking turns; the figure is the rate of
+    /// `runtime`, and the extras prefixed "peer" are the other runtime's in the same run.
     @Sendable
     static func runTimerChurn(_ runtime: Runtime, _ parameters: Parameters) -> RunOutcome {
-        let n = parameters.n
-        let cancelled = Countdown(n)
+        let chunk = max(1, parameters.n / churnChunks)
+        var totals: [Runtime: ChurnTotals] = [:]
+        var pairRatios: [Double] = []
+        for index in 0..<churnChunks {
+            let order: [Runtime] = index % 2 == 0 ? [.lull, .dispatch] : [.dispatch, .lull]
+            var walls: [Runtime: UInt64] = [:]
+            for side in order {
+                switch churnChunk(side, count: chunk, timeout: parameters.runTimeout) {
+                case .failure(let message):
+                    return .failed("\(side.displayName): \(message)")
+                case .success(let measured):
+                    totals[side, default: ChurnTotals()].wall += measured.wall
+                    totals[side, default: ChurnTotals()].loopWall += measured.loopWall
+                    totals[side, default: ChurnTotals()].loopCPU += measured.loopCPU
+                    totals[side, default: ChurnTotals()].processCPU += measured.processCPU
+                    walls[side] = measured.wall
+                }
+            }
+            if let lull = walls[.lull], let dispatch = walls[.dispatch], lull > 0 {
+                pairRatios.append(Double(dispatch) / Double(lull))
+            }
+        }
+        let peer: Runtime = runtime == .lull ? .dispatch : .lull
+        let count = Double(chunk * churnChunks)
+        func rate(_ side: Runtime) -> Double { count / (Double(totals[side]?.wall ?? 1) / 1e9) }
+        func figures(_ side: Runtime, prefix: String) -> [(String, Double)] {
+            let measured = totals[side] ?? ChurnTotals()
+            return [(prefix + "timers/s", rate(side)),
+                    (prefix + "loop only timers/s", count / (Double(measured.loopWall) / 1e9)),
+                    (prefix + "ns per timer", Double(measured.wall) / count),
+                    // CPU time is steadier than wall time on a shared machine.
+                    (prefix + "loop thread CPU ns per timer", Double(measured.loopCPU) / count),
+                    (prefix + "process CPU ns per timer", Double(measured.processCPU) / count)]
+        }
+        let ratio = rate(.lull) / rate(.dispatch)
+        return .ok(value: rate(runtime), seconds: Double(totals[runtime]?.wall ?? 0) / 1e9,
+                   extras: Array(figures(runtime, prefix: "").dropFirst()) + figures(peer, prefix: "peer ")
+                       + [("Lull/Dispatch", ratio), ("median chunk-pair Lull/Dispatch", Series.median(pairRatios) ?? 0)],
+                   notes: [])
+    }
+
+    struct ChurnChunk {
+        var wall: UInt64
+        var loopWall: UInt64
+        var loopCPU: UInt64
+        var processCPU: UInt64
+    }
+
+    /// `count` timers created, scheduled 1 h ahead, activated and cancelled by this thread,
+    /// then the wait until the last cancel handler ran.
+    static func churnChunk(_ runtime: Runtime, count: Int, timeout: Double) -> Result<ChurnChunk, ChurnFailure> {
+        let cancelled = Countdown(count)
         let onCancel: @Sendable () -> Void = { cancelled.countDown() }
         let handler: @Sendable () -> Void = {}
         let hour: UInt64 = 3_600_000_000_000
-        let loopLimit = Clock.now() &+ UInt64(2 * parameters.runTimeout * 1e9)
+        let loopLimit = Clock.now() &+ UInt64(2 * timeout * 1e9)
         var done = 0
 
         let start = Clock.now()
@@ -373,7 +438,7 @@ enum TimerSourceBenchmarks {
         switch runtime {
         case .lull:
             let queue = WorkQueue.global()
-            while done < n {
+            while done < count {
                 let source = EventSource.makeTimerSource(queue: queue)
                 source.setEventHandler(handler: handler)
                 source.setCancelHandler(handler: onCancel)
@@ -385,7 +450,7 @@ enum TimerSourceBenchmarks {
             }
         case .dispatch:
             let queue = DispatchQueue.global()
-            while done < n {
+            while done < count {
                 let source = DispatchSource.makeTimerSource(queue: queue)
                 source.setEventHandler(handler: handler)
                 source.setCancelHandler(handler: onCancel)
@@ -398,28 +463,23 @@ enum TimerSourceBenchmarks {
         }
         let looped = Clock.now()
         let loopedCPU = Clock.cpuNanoseconds()
-        guard done == n else {
-            return .failed("TIMEOUT: the loop had created, scheduled and cancelled only \(Format.grouped(done)) of "
-                + "\(Format.grouped(n)) timers after \(Format.seconds(2 * parameters.runTimeout))")
+        guard done == count else {
+            return .failure(ChurnFailure(message: "TIMEOUT: the loop had created, scheduled and cancelled only "
+                + "\(Format.grouped(done)) of \(Format.grouped(count)) timers after \(Format.seconds(2 * timeout))"))
         }
-        guard cancelled.wait(seconds: parameters.runTimeout) else {
-            return .failed("TIMEOUT: the cancel handlers of the \(Format.grouped(n)) timers had not all run "
-                + "\(Format.seconds(parameters.runTimeout)) after the loop")
+        guard cancelled.wait(seconds: timeout) else {
+            return .failure(ChurnFailure(message: "TIMEOUT: the cancel handlers of the \(Format.grouped(count)) timers "
+                + "had not all run \(Format.seconds(timeout)) after the loop"))
         }
         let drained = Clock.now()
         let drainedCPU = Clock.cpuNanoseconds()
-        let loopSeconds = Clock.seconds(from: start, to: looped)
-        let seconds = Clock.seconds(from: start, to: drained)
-        return .ok(value: Double(n) / seconds, seconds: seconds,
-                   extras: [("loop only timers/s", Double(n) / loopSeconds),
-                            ("loop ms", loopSeconds * 1000),
-                            ("drain after the loop ms", Clock.seconds(from: looped, to: drained) * 1000),
-                            ("ns per timer", seconds * 1e9 / Double(n)),
-                            // CPU time is steadier than wall time on a shared machine.
-                            ("loop thread CPU ns per timer", Double(loopedCPU.thread &- startCPU.thread) / Double(n)),
-                            ("process CPU ns per timer", Double(drainedCPU.process &- startCPU.process) / Double(n)),
-                            ("threads at the end", Double(ThreadSwitches.snapshot(excluding: getpid()).count + 1))],
-                   notes: [])
+        return .success(ChurnChunk(wall: drained &- start, loopWall: looped &- start,
+                                   loopCPU: loopedCPU.thread &- startCPU.thread,
+                                   processCPU: drainedCPU.process &- startCPU.process))
+    }
+
+    struct ChurnFailure: Error {
+        let message: String
     }
 
     // MARK: - timer-memory

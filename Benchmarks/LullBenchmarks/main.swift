@@ -36,9 +36,9 @@ let usage = """
       --quick             smaller N, 3 runs, 1 s idle window
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
                           idle-read-sources-* and timer-memory: fresh processes measured (each
-                          warms up itself), at most 3 for timer-memory; timer-churn: rounds
-                          (at most 5) of a fresh Lull and a fresh Dispatch process taking
-                          turns; not timer-wakeups (one fresh process, one window);
+                          warms up itself), at most 3 for timer-memory; timer-churn: fresh
+                          processes (at most 5), each running both runtimes in turns; not
+                          timer-wakeups (one fresh process, one window);
                           fs-tree-watch: fresh processes; at most 3 for fs-storm
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
@@ -117,8 +117,8 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     let cleanUp = benchmark.prepare?(parameters)
     defer { cleanUp?() }
     let runs = min(options.runs, benchmark.maxRuns ?? options.runs)
-    if benchmark.interleaved {
-        return measureInterleaved(benchmark, parameters: parameters, rounds: runs, options: options)
+    if benchmark.peerInSameProcess {
+        return measureInOneProcess(benchmark, parameters: parameters, runs: runs, options: options)
     }
     var series: [Runtime: Series] = [:]
     for runtime in Runtime.allCases {
@@ -141,34 +141,43 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
 }
 
-/// `rounds` rounds of one child per runtime, taking turns (see `Benchmark.interleaved`).
-func measureInterleaved(_ benchmark: Benchmark, parameters: Parameters, rounds: Int, options: Options) -> BenchmarkResult {
-    var series: [Runtime: Series] = [:]
-    var seconds: [Runtime: Double] = [:]
-    var roundRatios: [Double] = []
-    rounds: for _ in 0..<rounds {
-        var figures: [Runtime: Double] = [:]
-        for runtime in Runtime.allCases {
-            let started = Clock.now()
-            let child = runChild(benchmark, runtime, parameters: parameters, runs: 1, options: options)
-            seconds[runtime, default: 0] += Clock.seconds(from: started, to: Clock.now())
-            figures[runtime] = child.median
-            series[runtime, default: Series()].absorb(child)
-            if child.problem != nil || child.skipped != nil { break rounds }
+/// `runs` Lull children, each measuring the peer too (see `Benchmark.peerInSameProcess`).
+func measureInOneProcess(_ benchmark: Benchmark, parameters: Parameters, runs: Int, options: Options) -> BenchmarkResult {
+    let started = Clock.now()
+    var lull = Series()
+    for index in 0..<runs {
+        if index > 0 && Clock.seconds(from: started, to: Clock.now()) > options.budgetSeconds {
+            lull.notes.append("stopped after \(index) of \(runs) processes (time budget of \(Format.seconds(options.budgetSeconds)))")
+            break
         }
-        if let lull = figures[.lull], let peer = figures[.dispatch], lull > 0, peer > 0 {
-            roundRatios.append(benchmark.lowerIsBetter ? peer / lull : lull / peer)
+        lull.absorb(runChild(benchmark, .lull, parameters: parameters, runs: 1, options: options))
+        if lull.problem != nil || lull.skipped != nil { break }
+    }
+    // The peer's figures, out of the extras prefixed "peer ".
+    var peer = Series()
+    peer.problem = lull.problem
+    peer.skipped = lull.skipped
+    peer.samples = lull.extras["peer " + benchmark.unit] ?? []
+    var own = Series()
+    own.samples = lull.samples
+    own.notes = lull.notes
+    own.problem = lull.problem
+    own.skipped = lull.skipped
+    for name in lull.extraOrder {
+        if name.hasPrefix("peer ") {
+            let peerName = String(name.dropFirst(5))
+            if peerName == benchmark.unit { continue }
+            peer.extraOrder.append(peerName)
+            peer.extras[peerName] = lull.extras[name]
+        } else {
+            own.extraOrder.append(name)
+            own.extras[name] = lull.extras[name]
         }
     }
-    for runtime in Runtime.allCases {
-        emitSeries(benchmark, runtime, series[runtime] ?? Series(), seconds: seconds[runtime] ?? 0)
-    }
-    if let median = Series.median(roundRatios) {
-        emit("   rounds:   Lull's advantage in each round "
-            + roundRatios.map { Format.fixed($0, 2) + "x" }.joined(separator: ", ")
-            + " (median \(Format.fixed(median, 2))x)")
-    }
-    return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
+    let seconds = Clock.seconds(from: started, to: Clock.now())
+    emitSeries(benchmark, .lull, own, seconds: seconds)
+    emitSeries(benchmark, .dispatch, peer, seconds: seconds)
+    return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: [.lull: own, .dispatch: peer])
 }
 
 /// One child process measuring `runs` runs (after its warm-up run) of one runtime.
