@@ -227,7 +227,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// Asynchronous, not preemptive: a running handler finishes; no event handler starts
     /// after this; the cancel handler runs once, after the source left the reactor.
     func cancel() {
-        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
         if !scheduled.load(ordering: .acquiring) && !scheduled.exchange(true, ordering: .acquiringAndReleasing) {
             // This thread decides what runs next: a kind that unregisters under the lock
@@ -254,6 +254,10 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// The program dropped its last reference: cancel, and let the cancel handler run even
     /// if the source was never activated or is suspended (that is not an error).
     func releasedByProgram() {
+        // Cancelled by the program with its cancel step already posted (a timeout dropped
+        // right after `cancel()`): nothing is left to decide — suspension and activation
+        // were settled when the step was, and nothing decides after it.
+        if isCancelled && postedStep.load(ordering: .acquiring) == Step.cancellation.rawValue { return }
         cancel()
         let activated = state.locked { state -> Bool in
             state.suspendCount = 0
@@ -332,7 +336,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
         if let (step, qos) = decided {
             postedStep.store(step.rawValue, ordering: .releasing)
-            target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
+            if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
+                CancellationIntake.intake(for: rootClass).post(self)
+            } else {
+                target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
+            }
             return true
         }
         scheduled.store(false, ordering: .releasing)

@@ -154,6 +154,9 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
         }
         if let interval { leeway = min(leeway, interval) }
         withState { state in
+            // A cancelled timer keeps no schedule (and its `deadline` may link its posted
+            // cancel step, see `CancellationIntake`).
+            guard !isCancelled else { return }
             discardPending()
             state.flags.insert(TimerCore.hasSchedule)
             let live = state.flags.contains(TimerCore.live)

@@ -11,6 +11,9 @@ struct Job: Sendable {
         /// A source's next step (a handler): the source knows which, so posting it
         /// allocates nothing.
         case source(SourceCore)
+        /// Drain the cancel steps posted for the global queue of a class
+        /// (`CancellationIntake`).
+        case cancellations(QoS.QoSClass)
     }
 
     var work: Work

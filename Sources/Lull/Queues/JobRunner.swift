@@ -36,6 +36,13 @@ enum JobRunner {
                 thread.withQoS(qos) { core.runPostedStep() }
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
+        case .cancellations(let qosClass):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let cpu = Diagnostics.cpuClock()
+            thread.withJobContext(.empty) {
+                thread.withQoS(qos) { CancellationIntake.intake(for: qosClass).drain() }
+            }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
         case .item(let item):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()

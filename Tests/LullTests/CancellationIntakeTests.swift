@@ -1,0 +1,100 @@
+import Glibc
+import Synchronization
+import Testing
+@testable import Lull
+
+/// Cancel steps of sources on a global queue go through `CancellationIntake` (a lock-free
+/// stack drained by one job) instead of a job each: every cancel handler must still run
+/// exactly once, asynchronously, on a worker, at the queue's class, and a blocked cancel
+/// handler must not hold up the others as a global queue never would.
+extension LullSuite {
+    @Suite struct CancellationIntakeTests {
+        @Test func everyCancelHandlerRunsExactlyOnceOnAWorker() {
+            let count = 20_000
+            let runs = Mutex([UInt8](repeating: 0, count: count))
+            let onCancellingThread = Atomic<Int>(0)
+            let cancellingThread = ThreadIdentity.current
+            let queue = WorkQueue.global()
+            for index in 0..<count {
+                let timer = EventSource.makeTimerSource(queue: queue)
+                timer.setEventHandler {}
+                timer.setCancelHandler {
+                    if ThreadIdentity.current == cancellingThread { onCancellingThread.add(1, ordering: .relaxed) }
+                    runs.withLock { $0[index] &+= 1 }
+                }
+                timer.schedule(deadline: .now() + .seconds(3600))
+                timer.activate()
+                timer.cancel()
+            }
+            #expect(waitUntil(timeout: .seconds(30)) { runs.withLock { $0.allSatisfy { $0 != 0 } } })
+            // None runs twice, late.
+            #expect(keepsHolding { runs.withLock { $0.allSatisfy { $0 <= 1 } } })
+            let ranInsideCancel = onCancellingThread.load(ordering: .relaxed)
+            #expect(ranInsideCancel == 0, "a cancel handler ran inside cancel()")
+        }
+
+        @Test func cancelHandlersRunAtTheQueuesClass() {
+            let seen = Mutex<[QoS.QoSClass]>([])
+            let queue = WorkQueue.global(qos: .utility)
+            for _ in 0..<100 {
+                let source = EventSource.makeUserDataAddSource(queue: queue)
+                source.setCancelHandler { seen.withLock { $0.append(QoS.current.qosClass) } }
+                source.activate()
+                source.cancel()
+            }
+            #expect(waitUntil { seen.withLock { $0.count == 100 } })
+            #expect(seen.withLock { $0.allSatisfy { $0 == .utility } })
+        }
+
+        @Test func aBlockedCancelHandlerDoesNotHoldUpTheOthers() {
+            // The first cancel handler waits for the second one: on a global queue, which
+            // runs blocks concurrently, that must finish.
+            let secondRan = Atomic<Bool>(false)
+            let firstSawSecond = Atomic<Bool>(false)
+            let firstDone = Atomic<Bool>(false)
+            let queue = WorkQueue.global()
+            let first = EventSource.makeUserDataAddSource(queue: queue)
+            first.setCancelHandler {
+                firstSawSecond.store(waitUntil { secondRan.load(ordering: .acquiring) }, ordering: .relaxed)
+                firstDone.store(true, ordering: .releasing)
+            }
+            let second = EventSource.makeUserDataAddSource(queue: queue)
+            second.setCancelHandler { secondRan.store(true, ordering: .releasing) }
+            first.activate()
+            second.activate()
+            first.cancel()
+            second.cancel()
+            #expect(waitUntil(timeout: .seconds(20)) { firstDone.load(ordering: .acquiring) })
+            let sawSecond = firstSawSecond.load(ordering: .relaxed)
+            #expect(sawSecond, "the second cancel handler waited behind the first")
+        }
+
+        @Test func aSourceDroppedRightAfterCancelStillGetsItsCancelHandler() {
+            let ran = Atomic<Int>(0)
+            for _ in 0..<1_000 {
+                let timer = EventSource.makeTimerSource()
+                timer.setCancelHandler { ran.add(1, ordering: .relaxed) }
+                timer.schedule(deadline: .now() + .seconds(3600))
+                timer.activate()
+                timer.cancel()
+                // The handle goes here, while its cancel step waits in the intake.
+            }
+            #expect(waitUntil { ran.load(ordering: .relaxed) == 1_000 })
+            #expect(keepsHolding { ran.load(ordering: .relaxed) == 1_000 })
+        }
+
+        @Test func aCancelledTimerIgnoresSchedule() {
+            let fired = Atomic<Int>(0)
+            let cancelled = Atomic<Bool>(false)
+            let timer = EventSource.makeTimerSource()
+            timer.setEventHandler { fired.add(1, ordering: .relaxed) }
+            timer.setCancelHandler { cancelled.store(true, ordering: .releasing) }
+            timer.schedule(deadline: .now() + .seconds(3600))
+            timer.activate()
+            timer.cancel()
+            timer.schedule(deadline: .now())
+            #expect(waitUntil { cancelled.load(ordering: .acquiring) })
+            #expect(keepsHolding(for: .milliseconds(200)) { fired.load(ordering: .relaxed) == 0 })
+        }
+    }
+}
