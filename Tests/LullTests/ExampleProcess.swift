@@ -116,8 +116,16 @@ final class ExampleProcess {
     /// handler — Lull's forwarder — would wait until something else woke that thread. `kill`
     /// with a thread's id still sends a process-wide signal, but the kernel gives it to that
     /// thread if it can take it; epoll_wait is intercepted, so the forwarder runs at once.
+    /// The leader leaves epoll_wait to run what a wake-up produced: the target is looked for
+    /// again for up to a second before the signal goes to the process as a whole.
     func send(_ signal: Int32) {
-        kill(Self.epollWaitingThread(of: pid) ?? pid, signal)
+        var target = Self.epollWaitingThread(of: pid)
+        let end = monotonicNanoseconds() + 1_000_000_000
+        while target == nil && monotonicNanoseconds() < end {
+            usleep(1_000)
+            target = Self.epollWaitingThread(of: pid)
+        }
+        kill(target ?? pid, signal)
     }
 
     /// A thread of `pid` blocked in epoll_wait, epoll_pwait or epoll_pwait2 (x86_64 and
