@@ -107,6 +107,11 @@ final class Reactor: Sendable {
         interest.load(ordering: .acquiring) > 0
     }
 
+    /// `needsPoller`, read sequentially consistent (see `WorkerPool.ensurePoller`).
+    var needsPollerOrdered: Bool {
+        interest.load(ordering: .sequentiallyConsistent) > 0
+    }
+
     /// Runs one iteration of the event loop on the calling (leader) thread: waits for at
     /// least one event and runs the callbacks of those that are ready. The thread sleeps with
     /// the timer slack of the armed window, and is back at its default slack afterwards (the
@@ -269,7 +274,7 @@ final class Reactor: Sendable {
     /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
     /// may be away running work, and only libevent's own wake-up would reach a poller.
     func addInterest() {
-        let (old, _) = interest.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        let (old, _) = interest.wrappingAdd(1, ordering: .sequentiallyConsistent)
         if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
         WorkerPool.shared.ensurePoller()
     }

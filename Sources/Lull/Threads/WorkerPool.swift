@@ -32,6 +32,8 @@ final class WorkerPool: Sendable {
     private let totalThreads = Atomic<Int>(0)
     /// True while a worker polls the reactor (the leader slot).
     let pollerActive = Atomic<Bool>(false)
+    /// A worker was claimed or started to poll and has not looked yet (`ensurePoller`).
+    let pollerRequested = Atomic<Bool>(false)
     private let liveThreadIDs = Mutex<Set<Int32>>([])
     /// The kernel tid of the polling worker (0: none), so the stall check can skip it.
     let pollerThreadID = Atomic<Int32>(0)
@@ -122,9 +124,18 @@ final class WorkerPool: Sendable {
         return body()
     }
 
-    /// Makes sure some worker polls the reactor: wakes an idle one or starts one.
+    /// Makes sure some worker polls the reactor: wakes an idle one or starts one, which
+    /// polls first thing (`Worker.wokenToPoll`).
+    ///
+    /// One request at a time (`pollerRequested`, cleared by the worker that takes it): the
+    /// reactor asks whenever its interest or its timer changes while no worker polls, and
+    /// under load — every worker busy, none idle — each request started a thread, which
+    /// took queued work before it polled; the echo server's pool reached its ceiling of 64
+    /// threads that way.
     func ensurePoller() {
         if pollerActive.load(ordering: .acquiring) { return }
+        guard !pollerRequested.load(ordering: .relaxed),
+              !pollerRequested.exchange(true, ordering: .sequentiallyConsistent) else { return }
         for qosClass in WorkerPool.pollingClasses {
             let pool = classes[qosClass.poolIndex]
             let claimed = pool.state.locked { state -> Worker? in
@@ -133,6 +144,7 @@ final class WorkerPool: Sendable {
                 return worker
             }
             if let claimed {
+                claimed.wokenToPoll.store(true, ordering: .relaxed)
                 claimed.parker.unpark()
                 return
             }
@@ -144,7 +156,11 @@ final class WorkerPool: Sendable {
             state.threads += 1
             return true
         }
-        if spawn { startWorker(in: pool, wokenForWork: false) }
+        if spawn {
+            startWorker(in: pool, wokenForWork: false, toPoll: true)
+        } else {
+            pollerRequested.store(false, ordering: .releasing)
+        }
     }
 
     func reserveThread() -> Bool {
@@ -163,9 +179,10 @@ final class WorkerPool: Sendable {
 
     // MARK: Threads
 
-    func startWorker(in pool: ClassPool, wokenForWork: Bool) {
+    func startWorker(in pool: ClassPool, wokenForWork: Bool, toPoll: Bool = false) {
         let worker = Worker(pool: pool)
         worker.wokenForWork.store(wokenForWork, ordering: .relaxed)
+        worker.wokenToPoll.store(toPoll, ordering: .relaxed)
         var thread = pthread_t()
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
@@ -185,6 +202,7 @@ final class WorkerPool: Sendable {
                 if wokenForWork { state.waking -= 1 }
             }
             totalThreads.subtract(1, ordering: .relaxed)
+            if toPoll { pollerRequested.store(false, ordering: .releasing) }
             RuntimeLog.warning("could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); its work waits for an existing thread")
         }
     }
@@ -219,6 +237,18 @@ final class WorkerPool: Sendable {
             var cascade = Helper.none
             let next = pool.state.locked { state -> Next in
                 if worker.wokenForWork.exchange(false, ordering: .relaxed) { state.waking -= 1 }
+                if worker.wokenToPoll.exchange(false, ordering: .relaxed) {
+                    // Claimed or started to poll: the request is answered, then the need
+                    // looked at — in that order (both sequentially consistent, as the
+                    // interest's change and the request are), so that a request made
+                    // meanwhile and refused is for a need this look sees.
+                    pollerRequested.store(false, ordering: .sequentiallyConsistent)
+                    if mayPoll && reactor.needsPollerOrdered
+                        && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+                        state.running -= 1
+                        return .poll
+                    }
+                }
                 if let job = state.popJob(pool) {
                     if !state.jobs.isEmpty { cascade = recruit(&state) }
                     return .job(job)
@@ -415,6 +445,8 @@ final class Worker: Sendable {
     /// Set by whoever wakes this worker for queued work (it counts in `waking` until it
     /// looks at the queue again).
     let wokenForWork = Atomic<Bool>(false)
+    /// Set by `ensurePoller`, which claimed or started this worker to poll the reactor.
+    let wokenToPoll = Atomic<Bool>(false)
 
     init(pool: ClassPool) {
         self.pool = pool
