@@ -20,15 +20,15 @@ extension LullSuite {
                 timer.setEventHandler {}
                 timer.setCancelHandler {
                     if ThreadIdentity.current == cancellingThread { onCancellingThread.add(1, ordering: .relaxed) }
-                    runs.withLock { $0[index] &+= 1 }
+                    runs.locked { $0[index] &+= 1 }
                 }
                 timer.schedule(deadline: .now() + .seconds(3600))
                 timer.activate()
                 timer.cancel()
             }
-            #expect(waitUntil(timeout: .seconds(30)) { runs.withLock { $0.allSatisfy { $0 != 0 } } })
+            #expect(waitUntil(timeout: .seconds(30)) { runs.locked { $0.allSatisfy { $0 != 0 } } })
             // None runs twice, late.
-            #expect(keepsHolding { runs.withLock { $0.allSatisfy { $0 <= 1 } } })
+            #expect(keepsHolding { runs.locked { $0.allSatisfy { $0 <= 1 } } })
             let ranInsideCancel = onCancellingThread.load(ordering: .relaxed)
             #expect(ranInsideCancel == 0, "a cancel handler ran inside cancel()")
         }
@@ -38,12 +38,12 @@ extension LullSuite {
             let queue = WorkQueue.global(qos: .utility)
             for _ in 0..<100 {
                 let source = EventSource.makeUserDataAddSource(queue: queue)
-                source.setCancelHandler { seen.withLock { $0.append(QoS.current.qosClass) } }
+                source.setCancelHandler { seen.locked { $0.append(QoS.current.qosClass) } }
                 source.activate()
                 source.cancel()
             }
-            #expect(waitUntil { seen.withLock { $0.count == 100 } })
-            #expect(seen.withLock { $0.allSatisfy { $0 == .utility } })
+            #expect(waitUntil { seen.locked { $0.count == 100 } })
+            #expect(seen.locked { $0.allSatisfy { $0 == .utility } })
         }
 
         @Test func aBlockedCancelHandlerDoesNotHoldUpTheOthers() {
