@@ -26,6 +26,7 @@ public struct TimerFlags: OptionSet, Sendable {
 /// - A deadline in the past fires at once; `.distantFuture` never fires; an interval of
 ///   zero or less makes the timer a one-shot.
 /// - Wall-clock timers (`schedule(wallDeadline:...)`) follow changes of the system clock.
+/// - A cancelled timer ignores `schedule` (as in Dispatch).
 public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     /// The core, which is the timer's entry in the engine (one object per timer beside this one).
     private var timer: TimerCore { unsafeDowncast(core, to: TimerCore.self) }
