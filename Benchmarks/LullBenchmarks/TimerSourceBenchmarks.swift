@@ -363,12 +363,19 @@ enum TimerSourceBenchmarks {
     /// fast phases, which last seconds on a shared VM, fall on both runtimes alike.
     static let churnChunks = 10
 
-    /// Times and CPU times of the chunks of one runtime, summed.
-    struct ChurnTotals {
+    /// Wall and CPU times (ns) of one chunk, or of the chunks of one runtime summed.
+    struct ChurnTimes {
         var wall: UInt64 = 0
         var loopWall: UInt64 = 0
         var loopCPU: UInt64 = 0
         var processCPU: UInt64 = 0
+
+        static func += (total: inout ChurnTimes, chunk: ChurnTimes) {
+            total.wall += chunk.wall
+            total.loopWall += chunk.loopWall
+            total.loopCPU += chunk.loopCPU
+            total.processCPU += chunk.processCPU
+        }
     }
 
     /// One run: `churnChunks` chunks per runtime, taking turns; the figure is the rate of
@@ -376,7 +383,7 @@ enum TimerSourceBenchmarks {
     @Sendable
     static func runTimerChurn(_ runtime: Runtime, _ parameters: Parameters) -> RunOutcome {
         let chunk = max(1, parameters.n / churnChunks)
-        var totals: [Runtime: ChurnTotals] = [:]
+        var totals: [Runtime: ChurnTimes] = [:]
         var pairRatios: [Double] = []
         for index in 0..<churnChunks {
             let order: [Runtime] = index % 2 == 0 ? [.lull, .dispatch] : [.dispatch, .lull]
@@ -386,10 +393,7 @@ enum TimerSourceBenchmarks {
                 case .failure(let message):
                     return .failed("\(side.displayName): \(message)")
                 case .success(let measured):
-                    totals[side, default: ChurnTotals()].wall += measured.wall
-                    totals[side, default: ChurnTotals()].loopWall += measured.loopWall
-                    totals[side, default: ChurnTotals()].loopCPU += measured.loopCPU
-                    totals[side, default: ChurnTotals()].processCPU += measured.processCPU
+                    totals[side, default: ChurnTimes()] += measured
                     walls[side] = measured.wall
                 }
             }
@@ -401,7 +405,7 @@ enum TimerSourceBenchmarks {
         let count = Double(chunk * churnChunks)
         func rate(_ side: Runtime) -> Double { count / (Double(totals[side]?.wall ?? 1) / 1e9) }
         func figures(_ side: Runtime, prefix: String) -> [(String, Double)] {
-            let measured = totals[side] ?? ChurnTotals()
+            let measured = totals[side] ?? ChurnTimes()
             return [(prefix + "timers/s", rate(side)),
                     (prefix + "loop only timers/s", count / (Double(measured.loopWall) / 1e9)),
                     (prefix + "ns per timer", Double(measured.wall) / count),
@@ -416,16 +420,9 @@ enum TimerSourceBenchmarks {
                    notes: [])
     }
 
-    struct ChurnChunk {
-        var wall: UInt64
-        var loopWall: UInt64
-        var loopCPU: UInt64
-        var processCPU: UInt64
-    }
-
     /// `count` timers created, scheduled 1 h ahead, activated and cancelled by this thread,
     /// then the wait until the last cancel handler ran.
-    static func churnChunk(_ runtime: Runtime, count: Int, timeout: Double) -> Result<ChurnChunk, ChurnFailure> {
+    static func churnChunk(_ runtime: Runtime, count: Int, timeout: Double) -> Result<ChurnTimes, ChurnFailure> {
         let cancelled = Countdown(count)
         let onCancel: @Sendable () -> Void = { cancelled.countDown() }
         let handler: @Sendable () -> Void = {}
@@ -473,7 +470,7 @@ enum TimerSourceBenchmarks {
         }
         let drained = Clock.now()
         let drainedCPU = Clock.cpuNanoseconds()
-        return .success(ChurnChunk(wall: drained &- start, loopWall: looped &- start,
+        return .success(ChurnTimes(wall: drained &- start, loopWall: looped &- start,
                                    loopCPU: loopedCPU.thread &- startCPU.thread,
                                    processCPU: drainedCPU.process &- startCPU.process))
     }

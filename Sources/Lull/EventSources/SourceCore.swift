@@ -130,10 +130,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     func registerKind() -> (any Error)? { nil }
     /// Stops watching: when this returns, nothing merges into the source any more.
     func unregisterKind() {}
-    /// Stops watching, for a kind that can do it under the core's lock (a timer): returns
-    /// true when done. The default, false, unregisters outside the lock with
-    /// `unregisterKind()`.
-    func unregisterKind(_ state: inout State) -> Bool { false }
+    /// The kind stops watching under the core's lock (a timer: its engine entry), with
+    /// `unregisterKind(_:)`; cancelling then decides its cancel step in the same round trip.
+    var unregistersUnderLock: Bool { false }
+    /// Stops watching, under the core's lock, for a kind whose `unregistersUnderLock`.
+    func unregisterKind(_ state: inout State) { lullFatal("SourceCore.unregisterKind(_:) must be overridden") }
     /// The value of `data` for a delivery whose merged value is `merged`; nil when there is
     /// nothing to deliver after all (a readiness that went away).
     func dataForDelivery(merged: UInt) -> UInt? { merged }
@@ -228,27 +229,27 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// after this; the cancel handler runs once, after the source left the reactor.
     func cancel() {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
-        if !scheduled.load(ordering: .acquiring) && !scheduled.exchange(true, ordering: .acquiringAndReleasing) {
-            // This thread decides what runs next: a kind that unregisters under the lock
-            // does both in one lock round trip (cancelling is most of a timeout's life).
-            let seen = changes.load(ordering: .acquiring)
-            let decided = state.locked { state -> (Step, QoS)?? in
-                guard unregisterKind(&state) else { return .none }
-                return .some(nextStep(&state))
-            }
-            if let decided {
-                if !post(decided, seen: seen) { scheduleNext() }
-                return
-            }
+        guard unregistersUnderLock else {
             unregisterKind()
-            if !post(state.locked { nextStep(&$0) }, seen: seen) { scheduleNext() }
+            changed()
             return
         }
-        // A job of the source is posted or running, and decides again when it is done:
-        // unregistered first, the cancel handler comes after the source left the reactor.
-        if !state.locked({ unregisterKind(&$0) }) { unregisterKind() }
-        changed()
+        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        guard !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
+            // A job of the source is posted or running, and decides again when it is done:
+            // unregistered first, the cancel handler comes after the source left the reactor.
+            withState { unregisterKind(&$0) }
+            changed()
+            return
+        }
+        // This thread decides what runs next: the unregistration and the decision share one
+        // lock round trip (cancelling is most of a timeout's life).
+        let seen = changes.load(ordering: .acquiring)
+        let decided = state.locked { state -> (Step, QoS)? in
+            unregisterKind(&state)
+            return nextStep(&state)
+        }
+        if !post(decided, seen: seen) { scheduleNext() }
     }
 
     /// The program dropped its last reference: cancel, and let the cancel handler run even

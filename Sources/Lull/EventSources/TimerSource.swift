@@ -188,13 +188,14 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     }
 
     override func unregisterKind() {
-        withState { state in _ = unregisterKind(&state) }
+        withState { unregisterKind(&$0) }
     }
 
-    override func unregisterKind(_ state: inout State) -> Bool {
+    override var unregistersUnderLock: Bool { true }
+
+    override func unregisterKind(_ state: inout State) {
         state.flags.remove(TimerCore.live)
         disarm()
-        return true
     }
 
     /// Puts the next fire of the schedule in the engine (under this core's lock), or takes

@@ -103,12 +103,9 @@ final class Reactor: Sendable {
     }
 
     /// True while there is something to poll for.
+    /// Sequentially consistent, as `addInterest` is: a worker answering a poller request
+    /// clears it and then reads this (see `WorkerPool.ensurePoller`).
     var needsPoller: Bool {
-        interest.load(ordering: .acquiring) > 0
-    }
-
-    /// `needsPoller`, read sequentially consistent (see `WorkerPool.ensurePoller`).
-    var needsPollerOrdered: Bool {
         interest.load(ordering: .sequentiallyConsistent) > 0
     }
 

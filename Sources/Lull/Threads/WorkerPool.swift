@@ -243,7 +243,7 @@ final class WorkerPool: Sendable {
                     // interest's change and the request are), so that a request made
                     // meanwhile and refused is for a need this look sees.
                     pollerRequested.store(false, ordering: .sequentiallyConsistent)
-                    if mayPoll && reactor.needsPollerOrdered
+                    if mayPoll && reactor.needsPoller
                         && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
                         state.running -= 1
                         return .poll
