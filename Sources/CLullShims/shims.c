@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CLullShims.h"
+#include "fault_check.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -207,6 +208,8 @@ int lull_signal_count(void) { return NSIG; }
 // MARK: Descriptors
 
 int lull_pidfd_open(int32_t pid) {
+    int injected = lull_fault_take(LULL_CALL_PIDFD_OPEN);
+    if (injected != 0) return -injected;
     long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
     return fd < 0 ? -errno : (int)fd;
 }
@@ -217,13 +220,20 @@ int lull_accept_nonblocking(int listener) {
 }
 
 int lull_eventfd(void) {
+    int injected = lull_fault_take(LULL_CALL_EVENTFD);
+    if (injected != 0) return -injected;
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     return fd < 0 ? -errno : fd;
 }
 
 void lull_eventfd_drain(int fd) {
     uint64_t value;
-    while (read(fd, &value, sizeof value) == sizeof value) {}
+    for (;;) {
+        int injected = lull_fault_take(LULL_CALL_EVENTFD_READ);
+        ssize_t result = injected != 0 ? (errno = injected, -1) : read(fd, &value, sizeof value);
+        if (result < 0 && errno == EINTR) continue;
+        if (result != sizeof value) return;
+    }
 }
 
 long lull_bytes_readable(int fd) {
@@ -344,6 +354,8 @@ static int lull_clock_watch_arm(int fd) {
 }
 
 int lull_clock_watch_create(void) {
+    int injected = lull_fault_take(LULL_CALL_TIMERFD_CREATE);
+    if (injected != 0) return -injected;
     int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
     if (fd < 0) return -errno;
     int armed = lull_clock_watch_arm(fd);
@@ -365,11 +377,15 @@ int lull_clock_watch_check(int fd) {
 // MARK: The reactor's precise timer
 
 int lull_timerfd_create(void) {
+    int injected = lull_fault_take(LULL_CALL_TIMERFD_CREATE);
+    if (injected != 0) return -injected;
     int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     return fd >= 0 ? fd : -errno;
 }
 
 int lull_timerfd_arm(int fd, uint64_t deadline) {
+    int injected = lull_fault_take(LULL_CALL_TIMERFD_SETTIME);
+    if (injected != 0) return -injected;
     if (deadline == 0) deadline = 1;
     struct itimerspec value = {
         .it_interval = {0, 0},
@@ -379,6 +395,8 @@ int lull_timerfd_arm(int fd, uint64_t deadline) {
 }
 
 int lull_timerfd_disarm(int fd) {
+    int injected = lull_fault_take(LULL_CALL_TIMERFD_SETTIME);
+    if (injected != 0) return -injected;
     struct itimerspec value = {{0, 0}, {0, 0}};
     return timerfd_settime(fd, 0, &value, NULL) == 0 ? 0 : -errno;
 }
@@ -401,11 +419,15 @@ long long lull_timerfd_take(int fd) {
 #include <sys/inotify.h>
 
 int lull_inotify_init(void) {
+    int injected = lull_fault_take(LULL_CALL_INOTIFY_INIT);
+    if (injected != 0) return -injected;
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     return fd >= 0 ? fd : -errno;
 }
 
 int lull_inotify_add_watch(int fd, const char *path, uint32_t mask) {
+    int injected = lull_fault_take(LULL_CALL_INOTIFY_ADD_WATCH);
+    if (injected != 0) return -injected;
     int wd = inotify_add_watch(fd, path, mask);
     return wd >= 0 ? wd : -errno;
 }
@@ -416,7 +438,8 @@ int lull_inotify_rm_watch(int fd, int wd) {
 
 long lull_inotify_read(int fd, void *buffer, unsigned long size) {
     for (;;) {
-        ssize_t count = read(fd, buffer, size);
+        int injected = lull_fault_take(LULL_CALL_INOTIFY_READ);
+        ssize_t count = injected != 0 ? (errno = injected, -1) : read(fd, buffer, size);
         if (count >= 0) return (long)count;
         if (errno != EINTR) return -errno;
     }

@@ -140,7 +140,7 @@ int lull_pidfd_open(int32_t pid);
 int lull_accept_nonblocking(int listener);
 /// Creates a non-blocking, close-on-exec eventfd. Returns the fd or -errno.
 int lull_eventfd(void);
-/// Reads and discards an eventfd's counter.
+/// Reads and discards an eventfd's counter (retried on EINTR).
 void lull_eventfd_drain(int fd);
 
 /// Bytes readable now (FIONREAD), or -errno.
@@ -239,5 +239,59 @@ int lull_unshare_user_namespace(void);
 
 /// The user id of a unix socket's peer (SO_PEERCRED): 0 on success, or errno.
 int lull_peer_uid(int fd, uint32_t *uid);
+
+// MARK: Fault injection (tests)
+
+#include <pthread.h>
+#include <sys/time.h>
+
+/// The system calls of the runtime that a test can make fail (docs/Failures.md says what
+/// a program sees for each). Each shim named here checks the fault table first.
+typedef enum lull_call {
+    /// lull_event_add: libevent's event_add, which is epoll_ctl for a descriptor's event and
+    /// a heap insert for a timeout. libevent makes its epoll_ctl calls inside event_add, so
+    /// this is the seam for them.
+    LULL_CALL_EVENT_ADD = 0,
+    /// lull_eventfd.
+    LULL_CALL_EVENTFD,
+    /// Each read(2) of lull_eventfd_drain.
+    LULL_CALL_EVENTFD_READ,
+    /// lull_timerfd_create (the reactor's timer) and lull_clock_watch_create.
+    LULL_CALL_TIMERFD_CREATE,
+    /// lull_timerfd_arm and lull_timerfd_disarm (timerfd_settime).
+    LULL_CALL_TIMERFD_SETTIME,
+    /// lull_pidfd_open.
+    LULL_CALL_PIDFD_OPEN,
+    /// lull_inotify_init.
+    LULL_CALL_INOTIFY_INIT,
+    /// lull_inotify_add_watch.
+    LULL_CALL_INOTIFY_ADD_WATCH,
+    /// Each read(2) of lull_inotify_read.
+    LULL_CALL_INOTIFY_READ,
+    /// lull_pthread_create.
+    LULL_CALL_PTHREAD_CREATE,
+    /// lull_socket.
+    LULL_CALL_SOCKET,
+    LULL_CALL_COUNT
+} lull_call;
+
+/// Makes the next `count` calls of `call` (-1: every call until disarmed) fail with
+/// `errno_value`, as the system call would: the shim returns its failure value and sets
+/// errno or returns -errno, whichever it documents. Process-wide; for tests, which arm and
+/// disarm from one thread at a time.
+void lull_fault_arm(lull_call call, int errno_value, int count);
+/// Disarms every fault and resets the hit counts.
+void lull_fault_disarm_all(void);
+/// How many calls of `call` failed by injection since the last lull_fault_disarm_all.
+int lull_fault_hits(lull_call call);
+
+struct event;
+/// event_add(3) through the fault table: 0, or -1 with errno set.
+int lull_event_add(struct event *event, const struct timeval *timeout);
+/// pthread_create(3) through the fault table: 0 or the error number.
+int lull_pthread_create(pthread_t *thread, const pthread_attr_t *attributes,
+                        void *(*start)(void *), void *argument);
+/// socket(2) through the fault table: the descriptor, or -1 with errno set.
+int lull_socket(int domain, int type, int protocol);
 
 #endif

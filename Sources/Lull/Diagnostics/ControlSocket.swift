@@ -33,7 +33,7 @@ package enum ControlSocket {
     /// recording the environment asks for.
     static func listen(on base: OpaquePointer) {
         RuntimeDiagnostics.environmentChecked.touch()
-        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let descriptor = lull_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else {
             RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: socket() failed with errno \(errno)" }
             return
@@ -67,7 +67,7 @@ package enum ControlSocket {
             let wanted = reactor.needsPoller
             guard wanted != state.added else { return }
             if wanted {
-                if event_add(event, nil) != 0 {
+                if lull_event_add(event, nil) != 0 {
                     RuntimeLog.once("diagnostics-socket-add") { "the diagnostics socket could not join the reactor" }
                     return
                 }

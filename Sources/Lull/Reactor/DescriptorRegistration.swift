@@ -1,4 +1,5 @@
 import CLibevent
+import CLullShims
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -96,7 +97,7 @@ extension Reactor {
         }
         errno = 0
         Diagnostics.reactorWillChange()
-        if event_add(event, nil) != 0 {
+        if lull_event_add(event, nil) != 0 {
             let failure = errno == 0 ? EINVAL : errno
             event_free(event)
             throw ReactorError(descriptor: descriptor, errno: failure)

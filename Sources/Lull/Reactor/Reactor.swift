@@ -39,9 +39,13 @@ final class Reactor: Sendable {
         var coarseAdded = false
         /// The timerfd's event is in libevent's set.
         var preciseAdded = false
+        /// A one-shot libevent timeout (`event_base_once`) carries the window because
+        /// libevent refused both events; only the one of `fallbackGeneration` counts.
+        var fallbackAdded = false
+        var fallbackGeneration: UInt = 0
 
-        /// Either event in libevent's set counts one in `interest`.
-        var counted: Bool { coarseAdded || preciseAdded }
+        /// Any of the three in libevent's set counts one in `interest`.
+        var counted: Bool { coarseAdded || preciseAdded || fallbackAdded }
     }
 
     private let timer = Mutex<TimerState>(TimerState())
@@ -161,7 +165,7 @@ final class Reactor: Sendable {
                 try preciseTimer.arm(at: plan.precise)
                 if !state.preciseAdded {
                     Diagnostics.reactorWillChange()
-                    if event_add(preciseEvent, nil) == 0 {
+                    if lull_event_add(preciseEvent, nil) == 0 {
                         state.preciseAdded = true
                     } else {
                         RuntimeLog.once("timerfd-add") { "event_add for the reactor's timerfd failed; timers wake on libevent's coarse clock" }
@@ -179,20 +183,27 @@ final class Reactor: Sendable {
         }
         let slack = plan.coarse?.slack ?? 0
         let previousSlack = sleepSlack.exchange(slack, ordering: .acquiringAndReleasing)
+        var heldByEvent = armedPrecisely
         if let coarse = plan.coarse, let timerEvent {
             var timeout = timeval(tv_sec: Int(coarse.delayMicroseconds / 1_000_000),
                                   tv_usec: Int(coarse.delayMicroseconds % 1_000_000))
             Diagnostics.reactorWillChange()
-            if event_add(timerEvent, &timeout) == 0 {
+            if lull_event_add(timerEvent, &timeout) == 0 {
                 state.coarseAdded = true
+                heldByEvent = true
+            } else if !heldByEvent {
+                armFallback(timeout, &state)
             } else {
-                RuntimeLog.warning("event_add for the reactor timer failed; delayed work may run late")
+                RuntimeLog.once("timer-add") { "event_add for the reactor timer failed (errno \(errno)); windows end on the timerfd" }
             }
         } else if state.coarseAdded, let timerEvent {
             Diagnostics.reactorWillChange()
             event_del_noblock(timerEvent)
             state.coarseAdded = false
         }
+        // A window held by one of the two events leaves an older fallback stale.
+        if heldByEvent { state.fallbackAdded = false }
+        assert(!state.fallbackAdded || (!armedPrecisely && !heldByEvent), "a fallback timeout while an event holds the window")
         // A leader asleep on another thread sleeps with the slack it read before the loop:
         // it comes back out (and re-reads it) when the slack changes. On the poller itself
         // (in a callback) the loop returns after the callbacks anyway.
@@ -202,6 +213,28 @@ final class Reactor: Sendable {
                 Diagnostics.reactorWillChange()
                 event_base_loopbreak(base)
             }
+        }
+    }
+
+    /// Under the timer lock, when libevent refused both the timerfd's event and its timeout:
+    /// the window is carried by a one-shot libevent timeout, which needs no event of ours.
+    /// Each gets a new generation (its callback's context), so that one made stale by a later
+    /// arm or a disarm fires nothing (libevent cannot take it back; it only ends one loop
+    /// iteration early).
+    private func armFallback(_ timeout: timeval, _ state: inout TimerState) {
+        let refused = errno
+        state.fallbackGeneration = state.fallbackGeneration == .max ? 1 : state.fallbackGeneration + 1
+        var timeout = timeout
+        let context = UnsafeMutableRawPointer(bitPattern: state.fallbackGeneration)
+        Diagnostics.reactorWillChange()
+        let result = event_base_once(base, -1, Int16(EV_TIMEOUT), { _, _, context in
+            Reactor.shared.fallbackTimerCallback(generation: UInt(bitPattern: context))
+        }, context, &timeout)
+        state.fallbackAdded = result == 0
+        if state.fallbackAdded {
+            RuntimeLog.once("timer-fallback") { "event_add for the reactor timer failed (errno \(refused)); timers wake through a one-shot libevent timeout" }
+        } else {
+            RuntimeLog.warning("event_add for the reactor timer failed and no one-shot timeout could be added either; delayed work waits for the next wake-up")
         }
     }
 
@@ -229,6 +262,7 @@ final class Reactor: Sendable {
             event_del_noblock(preciseEvent)
             state.preciseAdded = false
         }
+        state.fallbackAdded = false
     }
 
     /// libevent's timeout expired (by its coarse clock, which never runs ahead of ours).
@@ -239,11 +273,29 @@ final class Reactor: Sendable {
                 return false
             }
             state.coarseAdded = false
-            guard state.armed != nil else { return false }
-            state.armed = nil
-            return true
+            return expire(&state)
         }
         if expired { timerExpired() }
+    }
+
+    /// The fallback timeout of `generation` expired (see `armFallback`).
+    private func fallbackTimerCallback(generation: UInt) {
+        let expired = timer.locked { state -> Bool in
+            guard state.fallbackAdded, state.fallbackGeneration == generation else { return false }
+            state.fallbackAdded = false
+            return expire(&state)
+        }
+        if expired { timerExpired() }
+    }
+
+    /// Under the timer lock, after a one-shot event (libevent's timeout or the fallback) left
+    /// libevent's set: uncounts the timer if nothing else holds it, and takes the armed
+    /// window. True when it was armed (it expires now).
+    private func expire(_ state: inout TimerState) -> Bool {
+        if !state.counted { removeInterest() }
+        guard state.armed != nil else { return false }
+        state.armed = nil
+        return true
     }
 
     /// The timerfd expired: the window's end has come, unless another thread re-armed it

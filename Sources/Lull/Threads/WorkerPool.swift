@@ -188,7 +188,7 @@ final class WorkerPool: Sendable {
         pthread_attr_init(&attributes)
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         let context = Unmanaged.passRetained(worker).toOpaque()
-        let result = pthread_create(&thread, &attributes, { context in
+        let result = lull_pthread_create(&thread, &attributes, { context in
             let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
             WorkerPool.shared.workerMain(worker)
             return nil
