@@ -15,6 +15,8 @@ import Glibc
 enum LibeventLog {
     /// The messages libevent logged while the reactor starts (nil: not starting).
     private static let startupMessages = Mutex<[String]?>(nil)
+    /// libevent's last warning or error, for the message of a fatal error after start-up.
+    private static let lastProblem = Mutex<String?>(nil)
 
     /// Installs the callbacks, once, before the reactor's first libevent call.
     static let installed: Void = {
@@ -30,6 +32,7 @@ enum LibeventLog {
 
     private static func log(severity: Int32, _ message: String) {
         startupMessages.locked { $0?.append(message) }
+        if severity >= EVENT_LOG_WARN { lastProblem.locked { $0 = message } }
         switch severity {
         case EVENT_LOG_DEBUG: RuntimeLog.logger.debug("libevent: \(message)")
         case EVENT_LOG_MSG: RuntimeLog.logger.info("libevent: \(message)")
@@ -42,16 +45,13 @@ enum LibeventLog {
     private static func fatal(code: Int32) -> Never {
         let starting = startupMessages.locked { $0 != nil }
         if starting { startupFailed("libevent stopped on a fatal error (code \(code))") }
-        lullFatal("libevent stopped on a fatal error (code \(code))\(lastMessage(of: recentMessages()))")
+        let said = lastProblem.locked { $0 }.map { ": \($0)" } ?? ""
+        lullFatal("libevent stopped on a fatal error (code \(code))\(said)")
     }
 
     /// The messages of a start-up in progress, or none.
     private static func recentMessages() -> [String] {
         startupMessages.locked { $0 ?? [] }
-    }
-
-    private static func lastMessage(of messages: [String]) -> String {
-        messages.last.map { ": \($0)" } ?? ""
     }
 
     // MARK: Start-up
