@@ -25,8 +25,9 @@ import Glibc
 ///   paired by their cookie); a move out of the tree is `.removed`, a move in `.created`
 ///   with the contents. Each change sits in the batch where it happened, so a batch ends in
 ///   the tree's state: a subtree moved out and straight back is "removed, created" and is
-///   watched again. The model (departed subtrees, pending moves, held events, re-walks) is
-///   in `TreeWatcherCore` and in the article "File watching".
+///   watched again. Halves without a partner are definite (the other end is outside the
+///   tree). The state model (pending moves, departed subtrees, held events, re-walks) is in
+///   the article "File watching".
 /// - When the root is removed or moved away, `.removed` is reported for it and the watcher
 ///   waits, watching the nearest existing ancestor, for a directory to appear at the path
 ///   again; then it reports it `.created` with its contents and goes on.
