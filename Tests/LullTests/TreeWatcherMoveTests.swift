@@ -79,6 +79,22 @@ extension LullSuite {
             #expect(waitUntil { scene.hub.snapshot.watches == 4 }, "root, sub, inner and the root's parent: \(scene.hub.snapshot.watches)")
         }
 
+        @Test func aSubtreeBackInALaterBatchIsCreatedWithItsContentsAndWatched() throws {
+            let scene = try Scene(queue: queue, directories: ["sub", "sub/inner"])
+            defer { scene.finish() }
+            let log = scene.log
+
+            try scene.move("sub", "out/sub")
+            #expect(log.waitFor(.removed, scene.at("sub")), "\(log.summary)")
+            try FileSystemTestKit.write(scene.at("out/sub/inner/while-out"), "x")
+            try scene.move("out/sub", "sub")
+            #expect(log.waitFor(.created, scene.at("sub/inner/while-out")), "\(log.summary)")
+            #expect(scene.kinds("sub") == [.removed, .created], "\(log.summary)")
+            try FileSystemTestKit.write(scene.at("sub/inner/after"), "x")
+            #expect(log.waitFor(.created, scene.at("sub/inner/after")), "\(log.summary)")
+            #expect(waitUntil { scene.hub.snapshot.watches == 4 }, "root, sub, inner and the root's parent: \(scene.hub.snapshot.watches)")
+        }
+
         @Test func changesMadeWhileASubtreeWasOutsideAreReportedWhenItComesBack() throws {
             let scene = try Scene(queue: queue, directories: ["sub", "sub/gone"])
             defer { scene.finish() }
