@@ -240,4 +240,14 @@ int lull_unshare_user_namespace(void);
 /// The user id of a unix socket's peer (SO_PEERCRED): 0 on success, or errno.
 int lull_peer_uid(int fd, uint32_t *uid);
 
+// MARK: Open-file witness (a private epoll set that is never waited on)
+
+/// A new epoll instance, close-on-exec: the fd or -errno.
+int lull_witness_create(void);
+/// Adds `fd` to the witness set (no events): 0 when added, -EEXIST when the open file
+/// behind `fd` is in it already, another -errno when it cannot be added.
+int lull_witness_enroll(int witness, int fd);
+/// Removes `fd` from the witness set: 0 or -errno (ENOENT, EBADF: it was not there).
+int lull_witness_withdraw(int witness, int fd);
+
 #endif
