@@ -135,7 +135,7 @@ extension LullSuite {
         @Test func eightThreadsChurningReadSourcesOnReusedDescriptorsNeitherCrashNorLeak() throws {
             try Self.warmUp()
             let threads = 8
-            let perThread = 150
+            let perThread = 300
             let sourcesPerPipe = 3
             let before = ProcessResources.descriptorCount
             let made = Counter()

@@ -345,7 +345,9 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     }
 
     /// Asynchronous, not preemptive: a running handler finishes; no event handler starts
-    /// after this; the cancel handler runs once, after the source left the reactor.
+    /// after this; the cancel handler runs once, after the source left the reactor (this
+    /// thread unregisters it, or the thread whose `activate()` is registering it does when
+    /// its registration returns).
     func cancel() {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         guard unregistersUnderLock else {
