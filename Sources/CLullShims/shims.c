@@ -692,3 +692,22 @@ int lull_peer_uid(int fd, uint32_t *uid) {
     *uid = credentials.uid;
     return 0;
 }
+
+// MARK: Open-file witness
+
+#include <sys/epoll.h>
+
+int lull_witness_create(void) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int lull_witness_enroll(int witness, int fd) {
+    struct epoll_event event = { .events = 0, .data = { .fd = fd } };
+    return epoll_ctl(witness, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
+}
+
+int lull_witness_withdraw(int witness, int fd) {
+    struct epoll_event event = { 0 };
+    return epoll_ctl(witness, EPOLL_CTL_DEL, fd, &event) == 0 ? 0 : -errno;
+}

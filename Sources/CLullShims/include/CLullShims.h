@@ -316,4 +316,14 @@ int lull_pthread_create(pthread_t *thread, const pthread_attr_t *attributes,
 /// socket(2) through the fault table: the descriptor, or -1 with errno set.
 int lull_socket(int domain, int type, int protocol);
 
+// MARK: Open-file witness (a private epoll set that is never waited on)
+
+/// A new epoll instance, close-on-exec: the fd or -errno.
+int lull_witness_create(void);
+/// Adds `fd` to the witness set (no events): 0 when added, -EEXIST when the open file
+/// behind `fd` is in it already, another -errno when it cannot be added.
+int lull_witness_enroll(int witness, int fd);
+/// Removes `fd` from the witness set: 0 or -errno (ENOENT, EBADF: it was not there).
+int lull_witness_withdraw(int witness, int fd);
+
 #endif

@@ -35,13 +35,9 @@ final class DescriptorDriver: SourceDriver {
     let descriptor: Int32
     let forWriting: Bool
     /// The descriptor's mux while registered (shared with other sources on the descriptor).
+    /// The mux, not the driver, holds the core (see `DescriptorMux`): the driver keeps no
+    /// reference to it that could outlive the source's registration.
     private let mux = Mutex<DescriptorMux?>(nil)
-    /// The source, set in `register` before the driver joins its mux (under the mux's lock,
-    /// which orders this write before any callback) and only read by reactor callbacks, under
-    /// that lock. `unowned(unsafe)` avoids a retain cycle: the core outlives every callback,
-    /// because `unregister` (which runs before the core can go) detaches the driver from the
-    /// mux, after which no callback reaches it.
-    private nonisolated(unsafe) unowned(unsafe) var core: SourceCore?
     /// Regular files are always "ready" for epoll's purposes and cannot be registered:
     /// their readiness is computed from the file offset instead.
     private let isRegularFile = Atomic<Bool>(false)
@@ -68,9 +64,8 @@ final class DescriptorDriver: SourceDriver {
             core.merge(1)
             return nil
         }
-        self.core = core
         do throws(ReactorError) {
-            let joined = try DescriptorTable.shared.attach(self, identity: found)
+            let joined = try DescriptorTable.shared.attach(self, core: core, identity: found)
             mux.locked { $0 = joined }
             return nil
         } catch {
@@ -147,19 +142,20 @@ final class DescriptorDriver: SourceDriver {
 }
 
 extension DescriptorDriver {
-    /// On the polling thread, under the mux's lock: new readiness (an end of file may be
-    /// reported again after it).
-    func readinessReported() {
+    /// On the polling thread, under the mux's lock (which holds `core`): new readiness (an
+    /// end of file may be reported again after it).
+    func readinessReported(to core: SourceCore) {
         endOfFileDelivered.store(false, ordering: .releasing)
-        core?.merge(1)
+        core.merge(1)
     }
 
-    /// The descriptor was closed and its number reused for another file: this source can
-    /// only be cancelled, with the reason.
-    func staleDescriptor() {
+    /// The descriptor was closed and its number reused for another open file: this source
+    /// can only be cancelled, with the reason. `core` is a strong reference the retired mux
+    /// handed over: the source may be cancelled (and its core let go) meanwhile.
+    func staleDescriptor(_ core: SourceCore) {
         mux.locked { $0 = nil }
-        core?.fail(EventSourceError(subject: "\(core?.name ?? "source"): descriptor \(descriptor)", code: EBADF,
-                                    reason: "the descriptor was closed while its source was registered, and its number reused"))
+        core.fail(EventSourceError(subject: "\(core.name): descriptor \(descriptor)", code: EBADF,
+                                   reason: "the descriptor was closed while its source was registered, and its number reused"))
     }
 }
 

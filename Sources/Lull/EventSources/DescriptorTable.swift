@@ -37,43 +37,65 @@ struct DescriptorIdentity: Equatable, Sendable {
 ///
 /// Reactor callbacks deliver under the mux's lock, and `detach` takes that lock: once a
 /// source is detached, no callback can reach it. Events are deleted outside the lock
-/// (deleting waits for a callback in progress, which may be waiting for the lock).
+/// (deleting waits for a callback in progress, which may be waiting for the lock) — except
+/// a predecessor's, deleted under this mux's lock, which its callbacks never take.
+///
+/// The mux holds a strong reference to the core of each attached source, taken in `attach`
+/// and dropped in `detach` or `retire`, all under the mux's lock: a callback, which runs
+/// under it, only reaches attached cores, and `retire` hands its caller strong references,
+/// so cancelling a retired source never touches a core that its own cancellation freed
+/// meanwhile. The cycle this makes (core → driver → mux → core) lasts while the source is
+/// registered: the source lifecycle unregisters (`detach`) every registered source once,
+/// before its cancel handler, and a retired mux lets go in `retire`.
 final class DescriptorMux: Sendable {
     let descriptor: Int32
     /// The open file behind the number (device and inode folded) when the mux was made.
     let file: UInt64
+    /// `OpenFileWitness` enrolled the open file behind the number when the mux was made:
+    /// the witness can tell when that open file is gone.
+    let witnessed: Bool
+
+    /// A source on the descriptor: its driver and its core.
+    struct Attached {
+        let driver: DescriptorDriver
+        let core: SourceCore
+    }
 
     private struct Direction {
-        var first: DescriptorDriver?
-        var others: [DescriptorDriver] = []
+        var first: Attached?
+        var others: [Attached] = []
         var event: EventHandle?
 
         var isEmpty: Bool { first == nil }
 
-        mutating func add(_ driver: DescriptorDriver) {
-            if first == nil { first = driver } else { others.append(driver) }
+        mutating func add(_ source: Attached) {
+            if first == nil { first = source } else { others.append(source) }
         }
 
         mutating func remove(_ driver: DescriptorDriver) -> Bool {
-            if first === driver {
+            if first?.driver === driver {
                 first = others.isEmpty ? nil : others.removeFirst()
                 return true
             }
-            guard let index = others.firstIndex(where: { $0 === driver }) else { return false }
+            guard let index = others.firstIndex(where: { $0.driver === driver }) else { return false }
             others.remove(at: index)
             return true
         }
 
-        func forEach(_ body: (DescriptorDriver) -> Void) {
+        func forEach(_ body: (Attached) -> Void) {
             guard let first else { return }
             body(first)
-            for driver in others { body(driver) }
+            for source in others { body(source) }
         }
     }
 
     private struct State {
         var readers = Direction()
         var writers = Direction()
+        /// Retired, or emptied and dropped from the table: nothing attaches any more.
+        var closed = false
+        /// The mux this one replaced in the table, until the first attach retires it.
+        var predecessor: DescriptorMux?
 
         /// The sources of one direction (attach and detach only: not a hot path).
         subscript(writing writing: Bool) -> Direction {
@@ -82,25 +104,42 @@ final class DescriptorMux: Sendable {
         }
     }
 
-    private let state = Mutex<State>(State())
+    private let state: Mutex<State>
 
-    init(descriptor: Int32, file: UInt64) {
+    init(descriptor: Int32, file: UInt64, witnessed: Bool, predecessor: DescriptorMux?) {
         self.descriptor = descriptor
         self.file = file
+        self.witnessed = witnessed
+        state = Mutex(State(predecessor: predecessor))
     }
 
-    /// Adds a source's driver; registers the direction's event if it is the first.
-    func attach(_ driver: DescriptorDriver) throws(ReactorError) {
+    /// Retires the mux this one replaced, once, under this mux's lock: its events leave the
+    /// reactor before any of this mux's are added (libevent would otherwise take the new
+    /// event for one it registered already). Returns its sources, for the caller to cancel.
+    func retirePredecessor() -> [Attached] {
+        state.locked { state -> [Attached] in
+            guard let predecessor = state.predecessor else { return [] }
+            state.predecessor = nil
+            return predecessor.retire()
+        }
+    }
+
+    /// Adds a source; registers the direction's event if it is the first. False when the
+    /// mux is closed (the caller looks the descriptor up again).
+    func attach(_ driver: DescriptorDriver, core: SourceCore) throws(ReactorError) -> Bool {
         let context = Unmanaged.passUnretained(self).toOpaque()
         let writing = driver.forWriting
-        try state.locked { state throws(ReactorError) in
+        return try state.locked { state throws(ReactorError) -> Bool in
+            guard !state.closed else { return false }
+            assert(state.predecessor == nil, "descriptor \(descriptor): attached before its predecessor was retired")
             if state[writing: writing].event == nil {
                 state[writing: writing].event = EventHandle(pointer: try Reactor.shared.addEvent(
                     descriptor: descriptor, forWriting: writing, oneShot: false,
                     callback: muxEventCallback, context: context))
                 Reactor.shared.addInterest()
             }
-            state[writing: writing].add(driver)
+            state[writing: writing].add(Attached(driver: driver, core: core))
+            return true
         }
     }
 
@@ -124,33 +163,42 @@ final class DescriptorMux: Sendable {
         return empty
     }
 
-    /// The descriptor number now names another file: drop both events and return the
-    /// drivers still attached (their sources are cancelled by the caller).
-    func retire() -> [DescriptorDriver] {
+    /// Closes the mux if it has no source (under the table's lock, which drops it then).
+    func closeIfEmpty() -> Bool {
+        state.locked { state -> Bool in
+            guard state.readers.isEmpty && state.writers.isEmpty else { return false }
+            state.closed = true
+            return true
+        }
+    }
+
+    /// The descriptor number now names another open file: close the mux, drop both events
+    /// and return the sources still attached (the caller cancels them).
+    private func retire() -> [Attached] {
         var events: [EventHandle] = []
-        let drivers = state.locked { state -> [DescriptorDriver] in
-            var drivers: [DescriptorDriver] = []
-            state.readers.forEach { drivers.append($0) }
-            state.writers.forEach { drivers.append($0) }
+        let sources = state.locked { state -> [Attached] in
+            var sources: [Attached] = []
+            state.readers.forEach { sources.append($0) }
+            state.writers.forEach { sources.append($0) }
             if let event = state.readers.event { events.append(event) }
             if let event = state.writers.event { events.append(event) }
-            state = State()
-            return drivers
+            state = State(closed: true)
+            return sources
         }
         for event in events {
             Reactor.shared.removeInterest()
             Reactor.shared.removeEvent(event.pointer)
         }
-        return drivers
+        return sources
     }
 
     /// On the polling thread: readiness of one direction.
     fileprivate func fired(readable: Bool) {
         state.locked { state in
             if readable {
-                state.readers.forEach { $0.readinessReported() }
+                state.readers.forEach { $0.driver.readinessReported(to: $0.core) }
             } else {
-                state.writers.forEach { $0.readinessReported() }
+                state.writers.forEach { $0.driver.readinessReported(to: $0.core) }
             }
         }
     }
@@ -164,45 +212,59 @@ let muxEventCallback: ReactorCallback = { _, what, context in
 
 /// The descriptor numbers watched by read and write sources, each with its mux.
 ///
-/// epoll forgets a descriptor silently when the program closes it, while libevent still
-/// believes it is registered and would not register the number again for a new file. So
-/// when a number comes back for a different file, the sources still registered on the old
-/// one are cancelled first, with the reason in `registrationError`.
+/// epoll forgets a descriptor silently when the program closes its open file, while
+/// libevent still believes it is registered and would not register the number again. So
+/// when a number comes back for another open file — of a different file (device and inode
+/// differ), or of the same one (`OpenFileWitness` says so: a FIFO opened again, a new
+/// eventfd) — the sources still registered on the old one are cancelled first, with the
+/// reason in `registrationError`, and a new mux registers the number again.
 ///
 /// Indexed by descriptor number (descriptors are small, dense integers): 8 bytes per number.
+/// The witness's entry for a number belongs to the mux held here for it: enrolled when a
+/// mux is made or verified, withdrawn when it is dropped, all under the table's lock.
 final class DescriptorTable: Sendable {
     static let shared = DescriptorTable()
 
     private let muxes = Mutex<[DescriptorMux?]>([])
 
-    /// Attaches `driver` to the mux of its descriptor (making it, or replacing a stale one).
-    func attach(_ driver: DescriptorDriver, identity: DescriptorIdentity) throws(ReactorError) -> DescriptorMux {
+    /// Attaches a source to the mux of its descriptor (making it, or replacing a stale one).
+    func attach(_ driver: DescriptorDriver, core: SourceCore, identity: DescriptorIdentity) throws(ReactorError) -> DescriptorMux {
         let descriptor = driver.descriptor
         let index = Int(descriptor)
         let file = identity.folded
-        let (mux, stale) = muxes.locked { muxes -> (DescriptorMux, DescriptorMux?) in
-            if index >= muxes.count {
-                muxes.append(contentsOf: repeatElement(nil, count: max(index + 1 - muxes.count, muxes.count)))
+        while true {
+            let mux = muxes.locked { muxes -> DescriptorMux in
+                if index >= muxes.count {
+                    muxes.append(contentsOf: repeatElement(nil, count: max(index + 1 - muxes.count, muxes.count)))
+                }
+                let current = muxes[index]
+                let verdict: OpenFileWitness.Verdict
+                if let current, current.file == file {
+                    guard current.witnessed else { return current }
+                    verdict = OpenFileWitness.shared.enroll(descriptor)
+                    // Enrolled now: the open file that registered was closed, and the number
+                    // names another open of the same file.
+                    if verdict != .enrolled { return current }
+                } else {
+                    verdict = OpenFileWitness.shared.enroll(descriptor)
+                }
+                let fresh = DescriptorMux(descriptor: descriptor, file: file, witnessed: verdict != .unverifiable,
+                                          predecessor: current)
+                muxes[index] = fresh
+                return fresh
             }
-            if let current = muxes[index], current.file == file { return (current, nil) }
-            let fresh = DescriptorMux(descriptor: descriptor, file: file)
-            let stale = muxes[index]
-            muxes[index] = fresh
-            return (fresh, stale)
-        }
-        // The old file's events must leave the reactor before the number is registered again.
-        if let stale {
-            for old in stale.retire() {
-                old.staleDescriptor()
+            // The old file's events leave the reactor before the number is registered again.
+            for stale in mux.retirePredecessor() {
+                stale.driver.staleDescriptor(stale.core)
             }
+            do {
+                if try mux.attach(driver, core: core) { return mux }
+            } catch {
+                release(mux, ifEmptyAfter: driver)
+                throw error
+            }
+            // Closed meanwhile (emptied and dropped, or retired): look again.
         }
-        do {
-            try mux.attach(driver)
-        } catch {
-            release(mux, ifEmptyAfter: driver)
-            throw error
-        }
-        return mux
     }
 
     /// Detaches `driver`; forgets the mux when it has no source left.
@@ -210,7 +272,9 @@ final class DescriptorTable: Sendable {
         guard mux.detach(driver) else { return }
         let index = Int(mux.descriptor)
         muxes.locked { muxes in
-            if index < muxes.count, muxes[index] === mux { muxes[index] = nil }
+            guard index < muxes.count, muxes[index] === mux, mux.closeIfEmpty() else { return }
+            muxes[index] = nil
+            OpenFileWitness.shared.withdraw(mux.descriptor)
         }
     }
 }

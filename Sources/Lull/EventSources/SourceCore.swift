@@ -13,6 +13,21 @@ import Synchronization
 /// source idle takes the lock to post a delivery, so a burst of merges costs no lock and no
 /// system call beyond the first. The delivery takes the merged value and runs the handler.
 ///
+/// Lifecycle (docs/SourceLifecycle.md has the full model). Under the lock, the registration
+/// `RegistrationPhase` goes idle → registering → registered → unregistering → unregistered;
+/// a kind that registers and unregisters under the lock (a timer) goes idle → registered →
+/// unregistered, each in one step, and a source cancelled first goes idle → unregistered.
+/// `activate()` moves idle to registering and registers outside the lock; when that returns
+/// the same thread moves on to registered, or — if `cancel()` came meanwhile — unregisters
+/// at once, or, if it failed, to unregistered with the error. `cancel()` sets `cancelled`,
+/// then under the lock leaves a registering phase to the registering thread and moves a
+/// registered one to unregistering (and unregisters outside the lock). Invariants, asserted
+/// in debug builds: `unregisterKind()` runs once after each successful `registerKind()`,
+/// never during it; nothing is decided while a thread moves the phase; the cancel step is
+/// decided only in the unregistered phase and only once, and nothing runs after it; only
+/// the holder of `scheduled` posts, one job at a time, so no handler runs concurrently with
+/// itself.
+///
 /// What depends on the kind is in the subclass: `TimerCore` (a timer: the core is its own
 /// entry in the timer engine, which is why every core is a `TimerEntry`) and
 /// `DrivenSourceCore` (every other kind, through a `SourceDriver`).
@@ -63,6 +78,17 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         /// sources have none of them or (the cancel handler) need it once, at the end.
         var extras: SourceExtras?
 
+        var phase: RegistrationPhase {
+            RegistrationPhase(rawValue: (flags.rawValue & Flags.phaseBits.rawValue) >> Flags.phaseShift)!
+        }
+
+        /// Moves the registration phase, asserting (in debug builds) that the lifecycle
+        /// allows the step.
+        mutating func enter(_ next: RegistrationPhase) {
+            assert(phase.mayBecome(next), "source registration phase \(phase) -> \(next) is not a step of the lifecycle")
+            flags = Flags(rawValue: (flags.rawValue & ~Flags.phaseBits.rawValue) | next.rawValue << Flags.phaseShift)
+        }
+
         var cancelHandler: SourceHandler? { extras?.cancelHandler }
         var registrationHandler: SourceHandler? { extras?.registrationHandler }
         var registrationError: EventSourceError? { extras?.registrationError }
@@ -71,13 +97,42 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     struct Flags: OptionSet {
         let rawValue: UInt8
         static let activated = Flags(rawValue: 1 << 0)
-        /// The kind's registration succeeded: deliveries may run.
-        static let registered = Flags(rawValue: 1 << 1)
-        static let registrationHandlerDue = Flags(rawValue: 1 << 2)
-        static let cancelHandlerDelivered = Flags(rawValue: 1 << 3)
-        /// Bits 4-7 are the subclass's (`TimerCore`'s schedule state).
-        static let kindBit0 = Flags(rawValue: 1 << 4)
-        static let kindBit1 = Flags(rawValue: 1 << 5)
+        static let registrationHandlerDue = Flags(rawValue: 1 << 1)
+        static let cancelHandlerDelivered = Flags(rawValue: 1 << 2)
+        /// Bits 3-5 are the `RegistrationPhase`.
+        static let phaseBits = Flags(rawValue: 0b0011_1000)
+        static let phaseShift: UInt8 = 3
+        /// Bits 6-7 are the subclass's (`TimerCore`'s schedule state).
+        static let kindBit0 = Flags(rawValue: 1 << 6)
+        static let kindBit1 = Flags(rawValue: 1 << 7)
+    }
+
+    /// Where the source's registration with what it watches stands (see the type's doc
+    /// comment for who moves it and the invariants). Kept in three bits of `Flags`.
+    enum RegistrationPhase: UInt8 {
+        /// Not registered, and no thread is registering it.
+        case idle
+        /// `activate()` registers it outside the lock (`registerKind()`).
+        case registering
+        /// In the reactor (or the engine, the hub): events merge, deliveries may run.
+        case registered
+        /// `cancel()` or the registering thread unregisters it outside the lock.
+        case unregistering
+        /// Out for good (or it never got in): the cancel step may be decided.
+        case unregistered
+
+        /// The transitions the lifecycle allows.
+        func mayBecome(_ next: RegistrationPhase) -> Bool {
+            switch (self, next) {
+            case (.idle, .registering), (.idle, .registered), (.idle, .unregistered),
+                 (.registering, .registered), (.registering, .unregistering), (.registering, .unregistered),
+                 (.registered, .unregistering), (.registered, .unregistered),
+                 (.unregistering, .unregistered):
+                return true
+            default:
+                return false
+            }
+        }
     }
 
     fileprivate enum Step: UInt8 {
@@ -123,12 +178,15 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// The events the source was created to watch.
     var mask: UInt { 0 }
     /// Starts watching, for a kind that can do it under the core's lock (a timer, whose
-    /// registration is its own entry in the engine): returns true when done. The default,
-    /// false, registers outside the lock with `registerKind()`.
+    /// registration is its own entry in the engine): returns true when done (the phase goes
+    /// from idle to registered in one step). The default, false, registers outside the lock
+    /// with `registerKind()`, in the registering phase.
     func registerKind(_ state: inout State) -> Bool { false }
-    /// Starts watching (outside the lock). Returns why it could not, or nil.
+    /// Starts watching (outside the lock, in the registering phase). Returns why it could
+    /// not, or nil; a kind that fails leaves nothing registered.
     func registerKind() -> (any Error)? { nil }
-    /// Stops watching: when this returns, nothing merges into the source any more.
+    /// Stops watching (outside the lock, in the unregistering phase), once after every
+    /// `registerKind()` that succeeded: when this returns, nothing merges into the source.
     func unregisterKind() {}
     /// The kind stops watching under the core's lock (a timer: its engine entry), with
     /// `unregisterKind(_:)`; cancelling then decides its cancel step in the same round trip.
@@ -186,27 +244,88 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let (first, registeredHere, runsNow) = state.locked { state -> (Bool, Bool, Bool) in
+        let (first, registersOutside, decides) = state.locked { state -> (Bool, Bool, Bool) in
             if state.flags.contains(.activated) { return (false, false, false) }
             state.flags.insert(.activated)
             // No registration handler, no job: activating a source costs no hand-off.
             if !isCancelled && state.registrationHandler != nil { state.flags.insert(.registrationHandlerDue) }
-            guard !isCancelled, registerKind(&state) else { return (true, false, true) }
-            state.flags.insert(.registered)
-            return (true, true, state.flags.contains(.registrationHandlerDue))
+            // Cancelled first: `cancel()` moves (or moved) the idle phase to unregistered.
+            guard !isCancelled, state.phase == .idle else { return (true, false, true) }
+            if registerKind(&state) {
+                state.enter(.registered)
+                return (true, false, state.flags.contains(.registrationHandlerDue))
+            }
+            state.enter(.registering)
+            return (true, true, true)
         }
         guard first else { return }
-        if !registeredHere && !isCancelled {
-            if let error = registerKind() {
-                fail(error)
-            } else {
-                state.locked { _ = $0.flags.insert(.registered) }
-            }
-        }
+        if registersOutside { finishRegistering(registerKind()) }
         // Registered under the lock with nothing due (no registration handler, no cancel,
         // nothing merged before activation: a merge then found the source inactive and left
         // the pending value for this check), there is no decision to make.
-        if runsNow || !registeredHere || isCancelled || pending.load(ordering: .acquiring) != 0 { changed() }
+        if decides || isCancelled || pending.load(ordering: .acquiring) != 0 { changed() }
+    }
+
+    /// The registering thread, when `registerKind()` returned: registered, or — if
+    /// `cancel()` came meanwhile — unregistered again by this thread (cancel left it to
+    /// it), or failed. The caller decides next (`changed()`): nothing was decided while
+    /// the phase was registering.
+    private func finishRegistering(_ error: (any Error)?) {
+        let unregisters = state.locked { state -> Bool in
+            assert(state.phase == .registering, "\(name): registration finished in phase \(state.phase)")
+            if let error {
+                // Nothing is registered: the kind undid what it had done.
+                record(error, &state)
+                state.enter(.unregistered)
+                return false
+            }
+            guard isCancelled else {
+                state.enter(.registered)
+                return false
+            }
+            state.enter(.unregistering)
+            return true
+        }
+        if unregisters { finishUnregistering() }
+        if error != nil { cancel() }
+    }
+
+    /// Unregisters outside the lock, by the one thread that moved the phase to
+    /// unregistering; the caller decides next.
+    private func finishUnregistering() {
+        unregisterKind()
+        state.locked { state in
+            assert(state.phase == .unregistering, "\(name): unregistration finished in phase \(state.phase)")
+            state.enter(.unregistered)
+        }
+    }
+
+    /// Under the lock, once, by `cancel()`: what becomes of the registration. True when the
+    /// caller unregisters outside the lock (`finishUnregistering`).
+    private func cancelRegistration(_ state: inout State) -> Bool {
+        switch state.phase {
+        case .idle:
+            // Never registered, and `activate()` will not register a cancelled source.
+            state.enter(.unregistered)
+        case .registering:
+            // The registering thread unregisters when its registration returns.
+            break
+        case .registered:
+            if unregistersUnderLock {
+                unregisterKind(&state)
+                state.enter(.unregistered)
+            } else {
+                state.enter(.unregistering)
+                return true
+            }
+        case .unregistering:
+            // The registering thread saw the cancellation first and unregisters it.
+            break
+        case .unregistered:
+            // Its registration failed: nothing to undo.
+            break
+        }
+        return false
     }
 
     func suspend() {
@@ -226,11 +345,13 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     }
 
     /// Asynchronous, not preemptive: a running handler finishes; no event handler starts
-    /// after this; the cancel handler runs once, after the source left the reactor.
+    /// after this; the cancel handler runs once, after the source left the reactor (this
+    /// thread unregisters it, or the thread whose `activate()` is registering it does when
+    /// its registration returns).
     func cancel() {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         guard unregistersUnderLock else {
-            unregisterKind()
+            if state.locked({ cancelRegistration(&$0) }) { finishUnregistering() }
             changed()
             return
         }
@@ -238,7 +359,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         guard !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
             // A job of the source is posted or running, and decides again when it is done:
             // unregistered first, the cancel handler comes after the source left the reactor.
-            withState { unregisterKind(&$0) }
+            _ = withState { cancelRegistration(&$0) }
             changed()
             return
         }
@@ -246,7 +367,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         // lock round trip (cancelling is most of a timeout's life).
         let seen = changes.load(ordering: .acquiring)
         let decided = state.locked { state -> (Step, QoS)? in
-            unregisterKind(&state)
+            _ = cancelRegistration(&state)
             return nextStep(&state)
         }
         if !post(decided, seen: seen) { scheduleNext() }
@@ -274,13 +395,17 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
-        let sourceError = error as? EventSourceError
-            ?? EventSourceError(subject: name, code: 0, reason: "\(error)")
-        state.locked { state in
-            let box = extras(&state)
-            if box.registrationError == nil { box.registrationError = sourceError }
-        }
+        state.locked { record(error, &$0) }
         cancel()
+    }
+
+    /// Keeps the first reason the source stopped, as its `registrationError`.
+    private func record(_ error: any Error, _ state: inout State) {
+        let box = extras(&state)
+        if box.registrationError == nil {
+            box.registrationError = error as? EventSourceError
+                ?? EventSourceError(subject: name, code: 0, reason: "\(error)")
+        }
     }
 
     // MARK: Events
@@ -336,6 +461,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// nothing was posted: the caller decides again.
     private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
         if let (step, qos) = decided {
+            assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a job posted while another is")
             postedStep.store(step.rawValue, ordering: .releasing)
             if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
                 CancellationIntake.intake(for: rootClass).post(self)
@@ -350,20 +476,27 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     }
 
     /// What runs next, if anything (under the lock). Nothing runs before activation or
-    /// while suspended; the registration handler comes first, the cancel handler last.
+    /// while suspended, nor while a thread moves the registration (it decides again when
+    /// done); the registration handler comes first (once registered), the cancel handler
+    /// last (once unregistered).
     private func nextStep(_ state: inout State) -> (Step, QoS)? {
         guard state.flags.contains(.activated), state.suspendCount == 0 else { return nil }
+        let phase = state.phase
+        if phase == .registering || phase == .unregistering { return nil }
         if state.flags.contains(.registrationHandlerDue) {
             state.flags.remove(.registrationHandlerDue)
-            let handler = state.registrationHandler
-            return (.registration, handler?.propagatedQoS ?? .unspecified)
+            // A source that never registered (cancelled first, or failed) skips it.
+            if phase == .registered && !isCancelled {
+                return (.registration, state.registrationHandler?.propagatedQoS ?? .unspecified)
+            }
         }
         if isCancelled {
-            guard !state.flags.contains(.cancelHandlerDelivered) else { return nil }
+            // Still registered: `cancel()` is about to unregister, and decides after it.
+            guard phase == .unregistered, !state.flags.contains(.cancelHandlerDelivered) else { return nil }
             state.flags.insert(.cancelHandlerDelivered)
             return (.cancellation, state.cancelHandler?.propagatedQoS ?? .unspecified)
         }
-        guard state.flags.contains(.registered), pending.load(ordering: .acquiring) != 0 else { return nil }
+        guard phase == .registered, pending.load(ordering: .acquiring) != 0 else { return nil }
         return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
     }
 
@@ -372,6 +505,14 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
             lullFatal("\(name): a job ran with no step posted")
         }
+        // One job at a time: only the holder of `scheduled` posts, and it keeps it until the
+        // job is done. Nothing but the cancellation runs after the cancel step was decided.
+        assert(scheduled.load(ordering: .acquiring), "\(name): a job ran without the token")
+        #if DEBUG
+        let (phase, cancelDecided) = state.locked { ($0.phase, $0.flags.contains(.cancelHandlerDelivered)) }
+        assert(cancelDecided == (step == .cancellation), "\(name): \(step) step with the cancel step decided: \(cancelDecided)")
+        assert(step != .cancellation || phase == .unregistered, "\(name): cancel step in phase \(phase)")
+        #endif
         switch step {
         case .registration:
             if !isCancelled, let handler = state.locked({ $0.registrationHandler }) {

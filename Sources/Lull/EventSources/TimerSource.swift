@@ -181,16 +181,13 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
         }
     }
 
-    /// Under the core's lock, which `cancel`'s unregistration takes after setting the
-    /// cancelled flag: a cancel that races with activation disarms after this arms.
+    /// Under the core's lock, as the phase goes from idle to registered in one step; `cancel`
+    /// moves it to unregistered under the same lock (`unregisterKind(_:)`), so a cancel that
+    /// races with activation disarms after this arms, or finds the timer never registered.
     override func registerKind(_ state: inout State) -> Bool {
         state.flags.insert(TimerCore.live)
         if state.flags.contains(TimerCore.hasSchedule) { arm(&state) }
         return true
-    }
-
-    override func unregisterKind() {
-        withState { unregisterKind(&$0) }
     }
 
     override var unregistersUnderLock: Bool { true }
