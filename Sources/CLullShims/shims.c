@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -151,6 +152,10 @@ void lull_unpark(uint32_t *word) {
 
 static uint64_t lull_signal_counts[NSIG];
 static struct sigaction lull_signal_previous[NSIG];
+/// 1 while the forwarder is (meant to be) the disposition of the signal: between a
+/// lull_signal_watch that installed it and the lull_signal_unwatch that put the previous
+/// disposition back. Written by the hub under its lock; read in a forked child.
+static volatile sig_atomic_t lull_signal_forwarding[NSIG];
 static volatile int lull_signal_notify_fd = -1;
 
 static int lull_signal_default_is_ignore(int signo) {
@@ -175,6 +180,10 @@ static void lull_signal_forwarder(int signo, siginfo_t *info, void *context) {
     errno = saved_errno;
 }
 
+static int lull_signal_is_forwarder(const struct sigaction *action) {
+    return (action->sa_flags & SA_SIGINFO) && action->sa_sigaction == lull_signal_forwarder;
+}
+
 int lull_signal_watch(int signo, int notify_fd) {
     if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP) return -EINVAL;
     lull_signal_notify_fd = notify_fd;
@@ -182,7 +191,10 @@ int lull_signal_watch(int signo, int notify_fd) {
     if (sigaction(signo, NULL, &current) != 0) return -errno;
     // Still ours: nothing to do. (The program may have replaced the forwarder since; then
     // what it set is the disposition to forward to now.)
-    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == lull_signal_forwarder) return LULL_SIGNAL_FORWARDED;
+    if (lull_signal_is_forwarder(&current)) {
+        lull_signal_forwarding[signo] = 1;
+        return LULL_SIGNAL_FORWARDED;
+    }
     int custom = (current.sa_flags & SA_SIGINFO) ? current.sa_sigaction != NULL
                  : (current.sa_handler != SIG_IGN && current.sa_handler != SIG_DFL);
     int ignored = !custom && !(current.sa_flags & SA_SIGINFO) &&
@@ -195,7 +207,19 @@ int lull_signal_watch(int signo, int notify_fd) {
     forward.sa_flags = SA_SIGINFO | SA_RESTART | (current.sa_flags & SA_NOCLDSTOP);
     sigemptyset(&forward.sa_mask);
     if (sigaction(signo, &forward, NULL) != 0) return -errno;
+    lull_signal_forwarding[signo] = 1;
     return LULL_SIGNAL_FORWARDED;
+}
+
+int lull_signal_unwatch(int signo) {
+    if (signo <= 0 || signo >= NSIG || !lull_signal_forwarding[signo]) return 0;
+    struct sigaction current;
+    if (sigaction(signo, NULL, &current) != 0) return -errno;
+    // The program replaced the forwarder since: its disposition stays.
+    if (lull_signal_is_forwarder(&current) && sigaction(signo, &lull_signal_previous[signo], NULL) != 0)
+        return -errno;
+    lull_signal_forwarding[signo] = 0;
+    return 1;
 }
 
 uint64_t lull_signal_take(int signo) {
@@ -204,6 +228,36 @@ uint64_t lull_signal_take(int signo) {
 }
 
 int lull_signal_count(void) { return NSIG; }
+int lull_signal_realtime_min(void) { return SIGRTMIN; }
+int lull_signal_realtime_max(void) { return SIGRTMAX; }
+
+// MARK: fork
+
+volatile sig_atomic_t lull_forked_child_flag = 0;
+
+/// In the child of a fork (single-threaded, async-signal-safe calls only): marks the
+/// process, and puts back the program's disposition of every signal Lull forwards — the
+/// child's forwarder would count into the parent's eventfd, and a child that execs must
+/// inherit SIG_IGN, not the default a handler becomes at exec.
+static void lull_fork_child(void) {
+    lull_forked_child_flag = 1;
+    for (int signo = 1; signo < NSIG; signo++) {
+        if (!lull_signal_forwarding[signo]) continue;
+        lull_signal_forwarding[signo] = 0;
+        struct sigaction current;
+        if (sigaction(signo, NULL, &current) == 0 && lull_signal_is_forwarder(&current))
+            sigaction(signo, &lull_signal_previous[signo], NULL);
+    }
+}
+
+static pthread_once_t lull_fork_guard_once = PTHREAD_ONCE_INIT;
+
+static void lull_fork_guard_register(void) {
+    (void)pthread_atfork(NULL, NULL, lull_fork_child);
+}
+
+void lull_fork_guard_install(void) { (void)pthread_once(&lull_fork_guard_once, lull_fork_guard_register); }
+
 
 // MARK: Descriptors
 

@@ -98,6 +98,52 @@ extension LullSuite {
                     "what existed at activation is not reported")
         }
 
+        @Test func theWalkAtActivateHoldsNoLockAndWhatChangesDuringItIsReported() throws {
+            let directory = try FileSystemTestKit.TemporaryDirectory("tree")
+            defer { directory.remove() }
+            for name in ["a", "b"] { try FileSystemTestKit.check(mkdir(directory.at(name), 0o755), "mkdir") }
+            let inWalk = Gate()
+            let proceed = Gate()
+            let root = directory.path
+            // The walk stops at the first directory below the root until the test says so.
+            let watcher = try DirectoryTreeWatcher(path: root, latency: .milliseconds(20), queue: queue, hub: InotifyHub()) { path in
+                guard path != root, !inWalk.isOpen else { return }
+                inWalk.open()
+                proceed.wait()
+            }
+            defer { watcher.cancel() }
+            let log = TreeChangeLog()
+            let activated = Flag()
+            WorkQueue.global().async {
+                watcher.activate()
+                activated.set()
+            }
+            #expect(inWalk.wait())
+
+            // The watcher answers while it walks.
+            let answered = Flag()
+            WorkQueue.global().async {
+                _ = watcher.isCancelled
+                _ = watcher.error
+                watcher.setEventHandler { log.record($0) }
+                answered.set()
+            }
+            #expect(waitUntil(timeout: .seconds(3)) { answered.isSet }, "a public call waited for the walk")
+            // A change made during the walk in a directory it watches already: reported once
+            // the walk is done.
+            try FileSystemTestKit.write(directory.at("during"), "x")
+            #expect(!activated.isSet)
+            proceed.open()
+            #expect(waitUntil { activated.isSet })
+            #expect(waitUntil { answered.isSet })
+            #expect(log.waitFor(.created, directory.at("during")), "\(log.summary)")
+            // Both subdirectories are watched.
+            for name in ["a", "b"] {
+                try FileSystemTestKit.write(directory.at("\(name)/after"), "x")
+                #expect(log.waitFor(.created, directory.at("\(name)/after")), "\(log.summary)")
+            }
+        }
+
         @Test func directoriesCreatedAfterTheStartAreFollowedEvenWhenMadeQuickly() throws {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }

@@ -1,3 +1,4 @@
+import CLullShims
 import Glibc
 import Synchronization
 import Testing
@@ -161,7 +162,7 @@ extension LullSuite {
             #expect(waitFor(seconds: 10) { second.cancelled.isSet })
         }
 
-        @Test(arguments: [Int32(0), 65, 1_000, -3, SIGKILL, SIGSTOP])
+        @Test(arguments: [Int32(0), 32, 33, 65, 1_000, -3, SIGKILL, SIGSTOP])
         func aSignalThatCannotBeWatchedCancelsTheSourceWithAReason(number: Int32) {
             let source = EventSource.makeSignalSource(signal: number, queue: WorkQueue(label: "lull.test.src.signal.bad"))
             let registered = Flag()
@@ -179,6 +180,38 @@ extension LullSuite {
             #expect(description.contains("signal \(number)"), "registrationError: \(description)")
             #expect(!registered.isSet, "the registration handler ran for a source that could not register")
             #expect(events.value == 0)
+        }
+
+        /// glibc keeps 32 and 33 for its threads: the reason says so, and the valid numbers
+        /// it lists leave them out.
+        @Test(arguments: [Int32(32), 33, 65, 0])
+        func theReasonForAnInvalidSignalListsTheValidNumbers(number: Int32) {
+            let source = EventSource.makeSignalSource(signal: number, queue: WorkQueue(label: "lull.test.src.signal.reason"))
+            let cancelled = Flag()
+            source.setCancelHandler { cancelled.set() }
+            source.activate()
+            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            let description = source.registrationError.map { "\($0)" } ?? ""
+            #expect(description.contains("valid: 1...31 and SIGRTMIN...SIGRTMAX (\(lull_signal_realtime_min())...\(lull_signal_realtime_max()))"),
+                    "registrationError: \(description)")
+            #expect(description.contains("32...33 are reserved by glibc for its threads (NPTL)"), "registrationError: \(description)")
+            if number == 32 || number == 33 {
+                #expect(description.contains("signal \(number) is reserved"), "registrationError: \(description)")
+            }
+        }
+
+        /// The first and last real-time signals a program may use can be watched.
+        @Test func theRealTimeSignalsAtBothEndsCanBeWatched() {
+            for number in [lull_signal_realtime_min(), lull_signal_realtime_max()] {
+                signal(number, SIG_IGN)
+                let watcher = Watcher(signal: number, label: "lull.test.src.signal.realtime")
+                watcher.source.activate()
+                #expect(waitFor(seconds: 10) { watcher.registered.isSet }, "signal \(number)")
+                SignalSourceTests.raiseUnblocked(number)
+                #expect(waitFor(seconds: 10) { watcher.sum == 1 }, "signal \(number)")
+                watcher.source.cancel()
+                #expect(waitFor(seconds: 10) { watcher.cancelled.isSet })
+            }
         }
     }
 }

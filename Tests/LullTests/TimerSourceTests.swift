@@ -644,6 +644,30 @@ extension LullSuite {
             #expect(TimerTestKit.cancel(timer))
         }
 
+        /// A repeating wall-clock timer whose start is years in the past fires once for all
+        /// the missed fires (`data` counts them), as a monotonic one does, and then stays
+        /// on its grid: no replay of every missed fire.
+        @Test func repeatingWallClockTimerStartedInThePastMergesTheMissedFires() throws {
+            let interval: UInt64 = 1_000_000_000
+            let log = TimerTestKit.FireLog()
+            let timer = TimerTestKit.makeTimer("lull.test.timer.wall-catch-up", log: log)
+            let tenYears = Int64(10 * 365 * 24 * 3_600)
+            let start = WallDeadline.now() + .seconds(-tenYears)
+            timer.schedule(wallDeadline: start, repeating: .nanoseconds(Int64(interval)))
+            timer.activate()
+            #expect(waitUntil { log.count >= 1 })
+            // The next fire is due within a second; 300 ms leaves it out on most runs and
+            // would count a replay's hundreds of calls on every run.
+            #expect(keepsHolding(for: .milliseconds(300)) { log.count <= 2 }, "\(log.count) handler calls")
+            let first = try #require(log.values.first)
+            let missed = (first.wallTime - start.nanosecondsSinceEpoch) / interval
+            #expect(UInt64(first.data) + 2 >= missed && UInt64(first.data) <= missed + 1,
+                    "the first call counted \(first.data) fires; \(missed) intervals had passed")
+            #expect(TimerTestKit.cancel(timer))
+            let early = TimerTestKit.earlyCalls(log.values, start: start.nanosecondsSinceEpoch, interval: interval, useWall: true)
+            #expect(early.isEmpty, "\(early)")
+        }
+
         // MARK: Bad input
 
         @Test(arguments: PastDeadlineCase.allCases)

@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <time.h>
 
 // Thin wrappers over Linux system calls that Swift cannot call directly
@@ -103,10 +104,31 @@ enum {
 /// Starts counting deliveries of signo; each one also writes to `notify_fd` (an eventfd).
 /// Returns LULL_SIGNAL_* (>= 0) or -errno.
 int lull_signal_watch(int signo, int notify_fd);
+/// Stops forwarding signo: puts back the disposition lull_signal_watch found, unless the
+/// program replaced the forwarder since. Returns 1 when Lull stopped forwarding, 0 when it
+/// was not forwarding signo, or -errno (the forwarder stays).
+int lull_signal_unwatch(int signo);
 /// Takes the number of deliveries of signo counted since the last call.
 uint64_t lull_signal_take(int signo);
 /// The number of signals (NSIG).
 int lull_signal_count(void);
+/// The real-time signals a program may use (SIGRTMIN, SIGRTMAX): glibc keeps the first
+/// kernel real-time signals (32 and 33) for its threads (NPTL).
+int lull_signal_realtime_min(void);
+int lull_signal_realtime_max(void);
+
+// MARK: fork
+
+/// Registers, once, the pthread_atfork child handler: it marks the child (see
+/// lull_in_forked_child) and puts back the program's disposition of every signal Lull
+/// forwards. Exec'd children started without fork handlers (posix_spawn, vfork) are not
+/// concerned.
+void lull_fork_guard_install(void);
+/// Set by the child handler; read through lull_in_forked_child.
+extern volatile sig_atomic_t lull_forked_child_flag;
+/// 1 in the child of a fork made after lull_fork_guard_install, 0 otherwise (one load,
+/// inlined: it guards the path every job takes).
+static inline int lull_in_forked_child(void) { return lull_forked_child_flag; }
 
 // MARK: Clock changes
 

@@ -26,6 +26,8 @@ public struct TimerFlags: OptionSet, Sendable {
 /// - A deadline in the past fires at once; `.distantFuture` never fires; an interval of
 ///   zero or less makes the timer a one-shot.
 /// - Wall-clock timers (`schedule(wallDeadline:...)`) follow changes of the system clock.
+///   A repeating one whose start is in the past (or that the clock jumped past) fires once
+///   for all the missed fires, `data` counting them, and then stays on its grid.
 /// - A cancelled timer ignores `schedule` (as in Dispatch).
 public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
     /// The core, which is the timer's entry in the engine (one object per timer beside this one).
@@ -223,9 +225,7 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             // A one-shot on the monotonic clock: its window waited in the entry's fields.
             return deadline == .max ? nil : (deadline, leeway, nil)  // distantFuture: never fires
         }
-        let (offset, overflow) = grid.interval.multipliedReportingOverflow(by: grid.nextIndex)
-        if overflow { return nil }
-        let target = grid.start.saturatingAdding(nanoseconds: Int128(offset))
+        let target = grid.nextTarget
         if target == .max { return nil }
         let deadline = grid.isWall ? monotonicDeadline(forWall: target) : target
         return (deadline, grid.leeway, grid.isWall ? target : nil)
@@ -246,9 +246,20 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
                 addPending(1)
                 return 1
             }
-            // Fires missed (handler busy, process stopped) are counted, and the next fire
-            // stays on the grid start + k × interval: no drift.
-            let missed = now > firedDeadline ? (now - firedDeadline) / grid.interval : 0
+            // Fires missed (handler busy, process stopped, a start in the past) are counted
+            // in one delivery, by arithmetic, and the next fire stays on the grid
+            // start + k × interval: no drift. A wall-clock fire's lateness is measured on
+            // the wall clock: its monotonic deadline is never before the moment it was
+            // scheduled, so a start years ago would look on time, fire after fire.
+            let lateness: UInt64
+            if grid.isWall {
+                let due = grid.nextTarget
+                let wallNow = SystemClock.realtimeNanoseconds()
+                lateness = wallNow > due ? wallNow - due : 0
+            } else {
+                lateness = now > firedDeadline ? now - firedDeadline : 0
+            }
+            let missed = lateness / grid.interval
             timerExtras().grid?.nextIndex &+= 1 + missed
             arm(&state)
             let count = UInt(truncatingIfNeeded: 1 + missed)
@@ -285,6 +296,13 @@ struct TimerGrid {
     var isWall: Bool
     /// The fire the engine holds.
     var nextIndex: UInt64 = 0
+
+    /// When fire `nextIndex` is due, on the grid's clock: `.max` (never) past the end of
+    /// the clock.
+    var nextTarget: UInt64 {
+        let (offset, overflow) = interval.multipliedReportingOverflow(by: nextIndex)
+        return overflow ? .max : start.saturatingAdding(nanoseconds: Int128(offset))
+    }
 }
 
 /// What a timer keeps beside its core only when it has it: a repeating or wall-clock

@@ -38,8 +38,9 @@ struct InotifyEvent: Sendable {
     let watchDescriptor: Int32
     let mask: InotifyMask
     let cookie: UInt32
-    /// The entry's name for events of a directory about one of its entries, else nil.
-    let name: String?
+    /// The entry's name for events of a directory about one of its entries, else nil: the
+    /// bytes as the kernel gave them (not necessarily UTF-8; see `PathEncoding`).
+    let name: [UInt8]?
 }
 
 extension InotifyEvent {
@@ -55,12 +56,12 @@ extension InotifyEvent {
             let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
             let nameStart = offset + header
             guard nameStart + length <= bytes.count else { break }
-            var name: String?
+            var name: [UInt8]?
             if length > 0 {
                 // The name is NUL-padded to an alignment boundary.
                 let raw = UnsafeRawBufferPointer(rebasing: bytes[nameStart..<(nameStart + length)])
                 let end = raw.firstIndex(of: 0) ?? raw.count
-                name = String(decoding: raw[0..<end], as: UTF8.self)
+                name = Array(raw[0..<end])
             }
             events.append(InotifyEvent(watchDescriptor: descriptor, mask: InotifyMask(rawValue: mask),
                                        cookie: cookie, name: name))

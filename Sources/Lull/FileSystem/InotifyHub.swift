@@ -55,9 +55,9 @@ final class InotifyHub: Sendable {
     }
 
     /// inotify_add_watch, or ENOSPC past the simulated limit.
-    private func addWatch(_ state: inout State, _ instance: InotifyInstance, _ path: String, _ mask: InotifyMask) -> Int32 {
+    private func addWatch(_ state: inout State, _ instance: InotifyInstance, _ path: RawPath, _ mask: InotifyMask) -> Int32 {
         if let limit = simulatedWatchLimit, state.watches.count >= limit { return -ENOSPC }
-        return lull_inotify_add_watch(instance.descriptor, path, mask.rawValue)
+        return path.withCString { lull_inotify_add_watch(instance.descriptor, $0, mask.rawValue) }
     }
 
     // MARK: Leases
@@ -100,7 +100,7 @@ final class InotifyHub: Sendable {
                 close(pin)
                 throw error
             }
-            let wd = addWatch(&state, instance, InotifyWatch.procPath(of: pin), mask.union(.maskAdd))
+            let wd = addWatch(&state, instance, RawPath(bytes: InotifyWatch.procPath(of: pin).utf8), mask.union(.maskAdd))
             guard wd >= 0 else {
                 close(pin)
                 scheduleTeardownIfIdle(&state)
@@ -113,7 +113,7 @@ final class InotifyHub: Sendable {
 
     /// Watches the directory at `path` without pinning it (for tree watchers, which would
     /// otherwise hold a descriptor per directory): not following a final symbolic link.
-    func acquireUnpinned(directory path: String, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
+    func acquireUnpinned(directory path: RawPath, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
         try state.locked { state throws(EventSourceError) -> InotifyLease in
             let instance = try ensureInstance(&state, subject: subject)
             let wd = addWatch(&state, instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))

@@ -56,10 +56,13 @@ final class Reactor: Sendable {
 
     private init(timerFired: @escaping @Sendable () -> Void) {
         self.timerFired = timerFired
+        lull_fork_guard_install()
+        LibeventLog.startupBegins()
+        defer { LibeventLog.startupEnded() }
         guard evthread_use_pthreads() == 0 else {
-            fatalError("Lull: libevent's evthread_use_pthreads() failed: libevent_pthreads is unusable")
+            lullFatal("libevent's evthread_use_pthreads() failed: libevent_pthreads is unusable")
         }
-        guard let config = event_config_new() else { fatalError("Lull: event_config_new() failed: out of memory") }
+        guard let config = event_config_new() else { lullFatal("event_config_new() failed: out of memory") }
         defer { event_config_free(config) }
         // Not EVENT_BASE_FLAG_PRECISE_TIMER: with it libevent sleeps on a timerfd of its own,
         // which the thread's timer slack does not reach. Precision comes from our timerfd;
@@ -67,8 +70,12 @@ final class Reactor: Sendable {
         // No time cache: a timeout added from a callback must count from the clock, not from
         // the time the loop woke.
         event_config_set_flag(config, Int32(EVENT_BASE_FLAG_NO_CACHE_TIME.rawValue))
+        // Only epoll: without descriptors to spare, libevent would fall back to poll, which
+        // has no edge-triggered events; a start-up that fails says why (`LibeventLog`).
+        event_config_avoid_method(config, "poll")
+        event_config_avoid_method(config, "select")
         guard let base = event_base_new_with_config(config) else {
-            fatalError("Lull: event_base_new_with_config() failed: libevent found no usable backend (epoll)")
+            LibeventLog.startupFailed("event_base_new_with_config() failed")
         }
         self.base = base
         var precise: PreciseTimer?
@@ -82,7 +89,7 @@ final class Reactor: Sendable {
         guard let timer = event_new(base, -1, 0, { _, _, context in
             Unmanaged<Reactor>.fromOpaque(context!).takeUnretainedValue().coarseTimerCallback()
         }, context) else {
-            fatalError("Lull: event_new() for the reactor's timer failed: out of memory")
+            lullFatal("event_new() for the reactor's timer failed: out of memory")
         }
         timerEvent = timer
         if let descriptor = precise?.descriptor {
@@ -134,6 +141,7 @@ final class Reactor: Sendable {
     /// `WakePlan` for how a window becomes a timerfd instant and perhaps an `epoll_wait`
     /// timeout with timer slack.
     func setTimer(_ window: WakeWindow?) {
+        ForkGuard.check()
         timer.locked { state in
             guard let window else {
                 state.armed = nil
@@ -323,6 +331,7 @@ final class Reactor: Sendable {
     /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
     /// may be away running work, and only libevent's own wake-up would reach a poller.
     func addInterest() {
+        ForkGuard.check()
         let (old, _) = interest.wrappingAdd(1, ordering: .sequentiallyConsistent)
         if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
         WorkerPool.shared.ensurePoller()

@@ -44,6 +44,7 @@ final class WorkerPool: Sendable {
         cpuCount = max(1, online > 0 ? online : 1)
         threadCeiling = max(64, cpuCount * 16)
         classes = QoS.QoSClass.schedulable.map { ClassPool(qosClass: $0) }
+        lull_fork_guard_install()
     }
 
     /// The classes whose idle workers may poll the reactor: a poller at background
@@ -54,6 +55,7 @@ final class WorkerPool: Sendable {
 
     /// Queues a job (already resolved to its QoS) on the pool of its class.
     func submit(_ job: consuming Job) {
+        ForkGuard.check()
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
         if ThreadState.currentPollingClass == qosClass {
             ThreadState.current.inlineBatch.append(job)
