@@ -24,6 +24,11 @@ build: deps
 test: deps
 	$(SWIFT) build --build-tests $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
+	@$(MAKE) --no-print-directory test-unprivileged
+
+# The priority, signal and limit suites again as nobody (as root; otherwise it says it skips).
+test-unprivileged:
+	SWIFT="$(SWIFT)" SWIFTFLAGS="$(SWIFTFLAGS)" ./scripts/test-unprivileged.sh
 
 test-tsan: deps
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)

@@ -732,13 +732,16 @@ extension LullSuite {
             defer { directory.remove() }
             try FileSystemTestKit.check(mkdir(directory.at("private"), 0o700), "mkdir")
             try FileSystemTestKit.write(directory.at("private/file"), "x")
+            // No one may search the directory, not even its owner (this process when it is
+            // not root); root reads everything, so its child drops to nobody below.
+            try FileSystemTestKit.check(chmod(directory.at("private"), 0), "chmod")
+            defer { chmod(directory.at("private"), 0o700) }
             try FileSystemTestKit.check(chmod(directory.path, 0o755), "chmod")
             let path = directory.at("private/file")
             let queue = queue
             let hub = InotifyHub(registersWithReactor: false)
             _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: hub)  // warm up
             let answer = try FileSystemTestKit.inForkedChild {
-                // Root reads everything: drop to nobody in the child first.
                 if getuid() == 0, setgid(65_534) != 0 || setuid(65_534) != 0 { return "setuid failed" }
                 do throws(EventSourceError) {
                     _ = try FileSystemObjectSource(path: path, eventMask: .all, queue: queue, hub: hub)

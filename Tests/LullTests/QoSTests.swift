@@ -20,17 +20,6 @@ func scheduling(of submit: (@escaping @Sendable () -> Void) -> Void) -> Observed
     return seen.await()
 }
 
-/// The nice values the issue fixes for each class.
-func expectedNice(_ qosClass: QoS.QoSClass) -> Int32 {
-    switch qosClass {
-    case .userInteractive: -10
-    case .userInitiated: -5
-    case .default, .unspecified: 0
-    case .utility: 5
-    case .background: 15
-    }
-}
-
 let schedulableClasses: [QoS.QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
 
 extension LullSuite {
@@ -76,6 +65,25 @@ extension LullSuite {
         }
 
         // MARK: What a block runs at
+
+        @Test func theExpectedNiceValuesFollowTheKernelsRuleForEveryProcess() {
+            let classes: [QoS.QoSClass] = [.userInteractive, .userInitiated, .default, .utility, .background]
+            func nice(_ allowance: NiceAllowance) -> [Int32] { classes.map { allowance.nice(for: $0) } }
+            // CAP_SYS_NICE: every class at its own value.
+            #expect(nice(NiceAllowance(privileged: true, niceLimit: 0, processNice: 0)) == [-10, -5, 0, 5, 15])
+            // Unprivileged, RLIMIT_NICE 0: default and above keep the starting nice value.
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: 0, processNice: 0)) == [0, 0, 0, 5, 15])
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: 0, processNice: 10)) == [10, 10, 10, 10, 15])
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: 0, processNice: 19)) == [19, 19, 19, 19, 19])
+            // RLIMIT_NICE 27 allows down to -7; 40 and RLIM_INFINITY allow everything.
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: 27, processNice: 0)) == [-7, -5, 0, 5, 15])
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: 40, processNice: 0)) == [-10, -5, 0, 5, 15])
+            #expect(nice(NiceAllowance(privileged: false, niceLimit: .max, processNice: 0)) == [-10, -5, 0, 5, 15])
+            // A utility worker raised for more important work: only as far as it may go.
+            #expect(NiceAllowance(privileged: false, niceLimit: 0, processNice: 0).nice(for: .userInitiated, onAWorkerOf: .utility) == 5)
+            #expect(NiceAllowance(privileged: false, niceLimit: 20, processNice: 0).nice(for: .userInitiated, onAWorkerOf: .utility) == 0)
+            #expect(NiceAllowance(privileged: true, niceLimit: 0, processNice: 0).nice(for: .userInitiated, onAWorkerOf: .utility) == -5)
+        }
 
         @Test(arguments: [QoS.background, .utility, .default, .userInitiated, .userInteractive])
         func currentInsideABlockEqualsTheQueueQoS(_ qos: QoS) {
@@ -257,7 +265,7 @@ extension LullSuite {
                 }
             })
             #expect(seen?.qos.qosClass == .userInitiated)
-            #expect(seen?.nice == expectedNice(.userInitiated))
+            #expect(seen?.nice == expectedNice(.userInitiated, onAWorkerOf: .utility))
             // The caller is back at its own QoS afterwards.
             let restored = after.await()
             #expect(restored?.qos.qosClass == .utility)

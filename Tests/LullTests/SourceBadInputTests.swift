@@ -33,9 +33,14 @@ enum BadDescriptor: String, CaseIterable, Sendable, CustomTestStringConvertible 
         case .neverOpened:
             return 9_999
         case .closed:
-            // A pipe end moved to a high number nobody else uses, then closed.
+            // A pipe end moved to a high number nobody else uses (below the soft
+            // RLIMIT_NOFILE, 1024 for most users), then closed.
+            var limit = rlimit()
+            guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
+                throw SourceTestKit.SystemError(call: "getrlimit", code: errno)
+            }
             let made = try SourceTestKit.makePipe()
-            let high = fcntl(made.read, F_DUPFD_CLOEXEC, 7_000)
+            let high = fcntl(made.read, F_DUPFD_CLOEXEC, Int32(clamping: min(7_000, limit.rlim_cur - limit.rlim_cur / 8)))
             close(made.read)
             close(made.write)
             guard high >= 0 else { throw SourceTestKit.SystemError(call: "fcntl(F_DUPFD)", code: errno) }

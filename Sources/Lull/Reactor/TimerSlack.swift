@@ -141,16 +141,46 @@ enum TimerSlack {
     }
 }
 
+extension TimerSlack {
+    /// The slack every thread runs work with: the slack of the first thread that reads this,
+    /// before any thread polled.
+    ///
+    /// A new thread takes its creator's current slack as its own and as its kernel default
+    /// (the one `PR_SET_TIMERSLACK` 0 restores), so a worker started from a reactor callback,
+    /// while its creator polls, would keep the poller's slack for good. So Lull never asks
+    /// for "the thread's default": workers start at this value (`takeDefaultTimerSlack`) and
+    /// the poller goes back to it by value. Only `applyTimerSlack` changes a slack, and it
+    /// reads this first: whichever thread reads it first still has the process's slack.
+    static let threadDefault: UInt64 = {
+        let current = lull_get_timer_slack()
+        return current > 0 ? UInt64(current) : 0
+    }()
+}
+
 extension ThreadState {
-    /// Puts the calling thread's timer slack at `nanoseconds` (0: the thread's default),
+    /// Puts the calling thread's timer slack at `nanoseconds` (0: `TimerSlack.threadDefault`),
     /// with a system call only when that changes. Called on the thread itself.
     func applyTimerSlack(_ nanoseconds: UInt64) {
         guard nanoseconds != timerSlack else { return }
-        let result = lull_set_timer_slack(UInt(nanoseconds))
+        setTimerSlack(nanoseconds)
+    }
+
+    /// Puts a new worker at `TimerSlack.threadDefault`, whatever slack it inherited from the
+    /// thread that created it (a poller's, when that thread was polling). Called on the
+    /// thread itself before it runs anything.
+    func takeDefaultTimerSlack() {
+        let inherited = lull_get_timer_slack()
+        guard inherited < 0 || UInt64(inherited) != TimerSlack.threadDefault else { return }
+        setTimerSlack(0)
+    }
+
+    private func setTimerSlack(_ nanoseconds: UInt64) {
+        let value = nanoseconds == 0 ? TimerSlack.threadDefault : nanoseconds
+        let result = lull_set_timer_slack(UInt(value))
         if result == 0 {
             timerSlack = nanoseconds
         } else {
-            TimerSlack.prctlFailed(result, nanoseconds: nanoseconds)
+            TimerSlack.prctlFailed(result, nanoseconds: value)
         }
     }
 }

@@ -33,7 +33,7 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
-    /// The timer slack this thread asked the kernel for (ns; 0: its default), so that the
+    /// The timer slack this thread asked the kernel for (ns; 0: `TimerSlack.threadDefault`), so that the
     /// poller calls prctl only when the value changes (see `TimerSlack`).
     @exclusivity(unchecked) var timerSlack: UInt64 = 0
 
@@ -99,7 +99,9 @@ final class ThreadState {
 
     /// Makes the calling thread a worker of `qosClass`.
     static func installWorker(_ qosClass: QoS.QoSClass) -> ThreadState {
-        install(ThreadState(workerClass: qosClass))
+        let state = install(ThreadState(workerClass: qosClass))
+        state.takeDefaultTimerSlack()
+        return state
     }
 
     private static func install(_ state: ThreadState) -> ThreadState {
