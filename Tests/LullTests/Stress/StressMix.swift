@@ -19,4 +19,9 @@ struct StressMix: Equatable, Sendable {
     static func only(_ kinds: [StressKind]) -> StressMix {
         StressMix(kinds: kinds, activatedAtCreation: [])
     }
+
+    /// The same mix without `kind`.
+    func without(_ kind: StressKind) -> StressMix {
+        StressMix(kinds: kinds.filter { $0 != kind }, activatedAtCreation: activatedAtCreation.subtracting([kind]))
+    }
 }
