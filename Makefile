@@ -14,9 +14,12 @@ BENCH_ARGS ?=
 # crash is logged with its seed and shrunk (see StressConfiguration.swift for LULL_STRESS_*).
 STRESS_ROUNDS      ?= 400
 STRESS_ASAN_ROUNDS ?= 150
+# Sanitizer reports fail the run at once; leaks count too, except the toolchain XCTest
+# runner's own (.ci/lsan-suppressions.txt).
 TSAN_OPTIONS ?= halt_on_error=1
-ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=0
-export TSAN_OPTIONS ASAN_OPTIONS
+ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=1
+LSAN_OPTIONS ?= suppressions=$(CURDIR)/.ci/lsan-suppressions.txt
+export TSAN_OPTIONS ASAN_OPTIONS LSAN_OPTIONS
 STRESS_FILTER = InterleavingStressTests
 
 .PHONY: all deps bench-deps build test test-tsan stress stress-asan demo bench clean

@@ -21,7 +21,7 @@ extension LullSuite {
                 printToStandardError("stress: seed \(plan.seed) failed: \(violations.joined(separator: "\n  "))")
                 printToStandardError("stress: shrinking \(plan.steps.count) steps (replay the seed: LULL_STRESS_SEED=\(plan.seed))")
                 let attempts = isolated ? 3 : 5
-                let minimal = StressShrinker.shrink(plan, budget: isolated ? 80 : 150) { candidate in
+                let minimal = StressShrinker.shrink(plan, budget: StressConfiguration.shrinkBudget(isolated: isolated)) { candidate in
                     (0..<attempts).contains { _ in !run(candidate, quiet: true).isEmpty }
                 }
                 let replay = "LULL_STRESS_CASE='\(minimal)'"

@@ -12,6 +12,7 @@ import Glibc
 /// - `LULL_STRESS_ISOLATE=1`: every case runs in a child process of its own
 ///   (`IsolatedStressCase`), so a crash is a failing case that is logged and shrunk too;
 ///   `LULL_STRESS_REPEAT` times there (default 10).
+/// - `LULL_STRESS_SHRINK`: how many candidates shrinking may run (0: none).
 enum StressConfiguration {
     /// The mix of a run when `LULL_STRESS_KINDS` is not set. `StressMix.everything` once
     /// the runtime's activate/cancel race on descriptor sources (issue 14, item 1) is fixed
@@ -33,6 +34,12 @@ enum StressConfiguration {
     }
 
     static var isIsolated: Bool { environment("LULL_STRESS_ISOLATE") == "1" }
+
+    /// How many candidate plans shrinking a failure may run (`LULL_STRESS_SHRINK`; 0: report
+    /// the failing seed unshrunk).
+    static func shrinkBudget(isolated: Bool) -> Int {
+        environment("LULL_STRESS_SHRINK").flatMap { Int($0) } ?? (isolated ? 80 : 150)
+    }
 
     /// How often a child process of an isolated run runs its case (stopping at a failure):
     /// `LULL_STRESS_REPEAT`, default 10.
