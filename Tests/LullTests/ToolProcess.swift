@@ -38,9 +38,10 @@ enum ToolProcess {
         return path
     }
 
-    /// Starts `path` with `arguments`; its output goes to pipes when `capture`.
+    /// Starts `path` with `arguments` and this process's environment plus `environment`
+    /// (`NAME=value` entries); its output goes to pipes when `capture`.
     static func spawn(_ path: String, _ arguments: [String],
-                      output: (Int32, Int32)? = nil) throws -> pid_t {
+                      output: (Int32, Int32)? = nil, environment: [String] = []) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -52,14 +53,28 @@ enum ToolProcess {
         let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        let result: Int32
+        if environment.isEmpty {
+            result = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        } else {
+            var inherited: [UnsafeMutablePointer<CChar>?] = []
+            var entry = environ
+            while let variable = entry.pointee {
+                inherited.append(variable)
+                entry += 1
+            }
+            let added: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) }
+            defer { added.forEach { free($0) } }
+            result = posix_spawn(&pid, path, &actions, nil, argv, inherited + added + [nil])
+        }
         guard result == 0 else { throw Failure(description: "posix_spawn \(path): \(String(cString: strerror(result)))") }
         return pid
     }
 
     /// Runs `path` to completion (at most `timeoutSeconds`, then it is killed) and
     /// returns its output.
-    static func run(_ path: String, _ arguments: [String], timeoutSeconds: Int = 60) throws -> Outcome {
+    static func run(_ path: String, _ arguments: [String], timeoutSeconds: Int = 60,
+                    environment: [String] = []) throws -> Outcome {
         var outPipe: [Int32] = [0, 0]
         var errPipe: [Int32] = [0, 0]
         // Close-on-exec (set right after: the suite runs one test at a time), so that no
@@ -70,7 +85,7 @@ enum ToolProcess {
         for descriptor in outPipe + errPipe { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
         let pid: pid_t
         do {
-            pid = try spawn(path, arguments, output: (outPipe[1], errPipe[1]))
+            pid = try spawn(path, arguments, output: (outPipe[1], errPipe[1]), environment: environment)
         } catch {
             [outPipe[0], outPipe[1], errPipe[0], errPipe[1]].forEach { close($0) }
             throw error
