@@ -155,8 +155,15 @@ static struct sigaction lull_signal_previous[NSIG];
 /// 1 while the forwarder is (meant to be) the disposition of the signal: between a
 /// lull_signal_watch that installed it and the lull_signal_unwatch that put the previous
 /// disposition back. Written by the hub under its lock; read in a forked child.
-static volatile sig_atomic_t lull_signal_forwarding[NSIG];
-static volatile int lull_signal_notify_fd = -1;
+///
+/// It also publishes `lull_signal_previous[signo]` to the forwarder, which may run on any
+/// thread: lull_signal_watch writes the previous disposition, stores 1 here with release,
+/// and only then installs the forwarder; the forwarder loads this word with acquire before
+/// it reads the previous disposition. Every access is a lock-free __atomic operation, so it
+/// is async-signal-safe.
+static sig_atomic_t lull_signal_forwarding[NSIG];
+/// The hub's eventfd (one for the process), or -1: __atomic loads and stores only.
+static int lull_signal_notify_fd = -1;
 
 static int lull_signal_default_is_ignore(int signo) {
     return signo == SIGCHLD || signo == SIGURG || signo == SIGWINCH || signo == SIGCONT;
@@ -165,12 +172,13 @@ static int lull_signal_default_is_ignore(int signo) {
 static void lull_signal_forwarder(int signo, siginfo_t *info, void *context) {
     int saved_errno = errno;
     __atomic_add_fetch(&lull_signal_counts[signo], 1, __ATOMIC_RELAXED);
-    int fd = lull_signal_notify_fd;
+    int fd = __atomic_load_n(&lull_signal_notify_fd, __ATOMIC_RELAXED);
     if (fd >= 0) {
         uint64_t one = 1;
         ssize_t ignored = write(fd, &one, sizeof one);
         (void)ignored;
     }
+    (void)__atomic_load_n(&lull_signal_forwarding[signo], __ATOMIC_ACQUIRE);
     struct sigaction *previous = &lull_signal_previous[signo];
     if (previous->sa_flags & SA_SIGINFO) {
         if (previous->sa_sigaction) previous->sa_sigaction(signo, info, context);
@@ -186,13 +194,13 @@ static int lull_signal_is_forwarder(const struct sigaction *action) {
 
 int lull_signal_watch(int signo, int notify_fd) {
     if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP) return -EINVAL;
-    lull_signal_notify_fd = notify_fd;
+    __atomic_store_n(&lull_signal_notify_fd, notify_fd, __ATOMIC_RELAXED);
     struct sigaction current;
     if (sigaction(signo, NULL, &current) != 0) return -errno;
     // Still ours: nothing to do. (The program may have replaced the forwarder since; then
     // what it set is the disposition to forward to now.)
     if (lull_signal_is_forwarder(&current)) {
-        lull_signal_forwarding[signo] = 1;
+        __atomic_store_n(&lull_signal_forwarding[signo], 1, __ATOMIC_RELEASE);
         return LULL_SIGNAL_FORWARDED;
     }
     int custom = (current.sa_flags & SA_SIGINFO) ? current.sa_sigaction != NULL
@@ -201,24 +209,28 @@ int lull_signal_watch(int signo, int notify_fd) {
                   (current.sa_handler == SIG_IGN || lull_signal_default_is_ignore(signo));
     if (!custom && !ignored) return LULL_SIGNAL_DEFAULT_ACTION;
     lull_signal_previous[signo] = current;
+    __atomic_store_n(&lull_signal_forwarding[signo], 1, __ATOMIC_RELEASE);
     struct sigaction forward;
     memset(&forward, 0, sizeof forward);
     forward.sa_sigaction = lull_signal_forwarder;
     forward.sa_flags = SA_SIGINFO | SA_RESTART | (current.sa_flags & SA_NOCLDSTOP);
     sigemptyset(&forward.sa_mask);
-    if (sigaction(signo, &forward, NULL) != 0) return -errno;
-    lull_signal_forwarding[signo] = 1;
+    if (sigaction(signo, &forward, NULL) != 0) {
+        int failure = errno;
+        __atomic_store_n(&lull_signal_forwarding[signo], 0, __ATOMIC_RELAXED);
+        return -failure;
+    }
     return LULL_SIGNAL_FORWARDED;
 }
 
 int lull_signal_unwatch(int signo) {
-    if (signo <= 0 || signo >= NSIG || !lull_signal_forwarding[signo]) return 0;
+    if (signo <= 0 || signo >= NSIG || !__atomic_load_n(&lull_signal_forwarding[signo], __ATOMIC_RELAXED)) return 0;
     struct sigaction current;
     if (sigaction(signo, NULL, &current) != 0) return -errno;
     // The program replaced the forwarder since: its disposition stays.
     if (lull_signal_is_forwarder(&current) && sigaction(signo, &lull_signal_previous[signo], NULL) != 0)
         return -errno;
-    lull_signal_forwarding[signo] = 0;
+    __atomic_store_n(&lull_signal_forwarding[signo], 0, __ATOMIC_RELAXED);
     return 1;
 }
 
@@ -242,8 +254,8 @@ volatile sig_atomic_t lull_forked_child_flag = 0;
 static void lull_fork_child(void) {
     lull_forked_child_flag = 1;
     for (int signo = 1; signo < NSIG; signo++) {
-        if (!lull_signal_forwarding[signo]) continue;
-        lull_signal_forwarding[signo] = 0;
+        if (!__atomic_load_n(&lull_signal_forwarding[signo], __ATOMIC_RELAXED)) continue;
+        __atomic_store_n(&lull_signal_forwarding[signo], 0, __ATOMIC_RELAXED);
         struct sigaction current;
         if (sigaction(signo, NULL, &current) == 0 && lull_signal_is_forwarder(&current))
             sigaction(signo, &lull_signal_previous[signo], NULL);

@@ -14,12 +14,8 @@ import Glibc
 ///   `LULL_STRESS_REPEAT` times there (default 10).
 /// - `LULL_STRESS_SHRINK`: how many candidates shrinking may run (0: none).
 enum StressConfiguration {
-    /// The mix of a run when `LULL_STRESS_KINDS` is not set. `StressMix.everything` once
-    /// the runtime's activate/cancel race on descriptor sources (issue 14, item 1) is fixed
-    /// and its signal forwarder reads what `lull_signal_watch` writes atomically (under
-    /// ThreadSanitizer, a signal raised while another thread activates a signal source is
-    /// reported as a data race in CLullShims: `lull_signal_notify_fd`, `lull_signal_previous`).
-    static let defaultMix: StressMix = SourceTestKit.underThreadSanitizer ? .passingToday.without(.signal) : .passingToday
+    /// The mix of a run when `LULL_STRESS_KINDS` is not set: every kind, every call racing.
+    static let defaultMix: StressMix = .everything
 
     /// Seeds of the run in `make test`: a few seconds.
     static let boundedRounds = 80
