@@ -93,7 +93,8 @@ final class CancellationIntake: Sendable {
     func post(_ core: SourceCore) {
         #if DEBUG
         // Out of the timer heap (its `deadline` is free to link) and never posted before.
-        assert(core.slot == -1, "\(core.name): cancel step posted while in the timer heap or posted before")
+        let slot = core.slot
+        assert(slot == -1, "\(core.name): cancel step posted with slot \(slot) (>= 0: in the timer heap; < -1: posted before)")
         core.slot = CancellationIntake.slotPosted
         #endif
         let node = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
