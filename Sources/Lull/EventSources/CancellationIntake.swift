@@ -23,6 +23,22 @@ import Synchronization
 /// step is decided, and a cancelled timer ignores `schedule`), so nothing else reads or
 /// writes that field any more. Only cancel steps whose handler has no QoS of its own come
 /// here: they run at the global queue's class, as their job would have.
+///
+/// State model (the states, transitions and why each invariant holds are in
+/// docs/CancellationIntake.md):
+/// - `posted` is the stack's top and the *active* bit: a post pushes with the bit set; a
+///   drain job takes the whole stack with one exchange and ends only with a
+///   compare-and-swap from exactly "active, empty" to 0.
+/// - A core is *posted* (in the stack), *queued* (in the run list), *taken* (owned by the
+///   one drain job that popped it), *running* its cancel step, then *done* (released).
+/// - Invariants: a non-empty stack has the active bit; while the bit is set a drain job is
+///   alive or being started, and it empties the stack before it ends (no lost wake-up);
+///   each core is posted once, in one place at a time, run once (debug builds mark it in
+///   `slot`, also unused once the core left the timer heap); a drain job is started by the
+///   post that sets the bit (at most one more than drain jobs ended) or by the rescue check
+///   when every live drain job is inside a cancel step; a step waiting behind a running one
+///   always has the check armed (post and drain job see each other's write: both sides
+///   sequentially consistent).
 final class CancellationIntake: Sendable {
     private static let intakes: [CancellationIntake] = QoS.QoSClass.schedulable.map { CancellationIntake(qosClass: $0) }
 
@@ -41,15 +57,32 @@ final class CancellationIntake: Sendable {
     private let completed = Atomic<UInt64>(0)
     /// Cancel steps running now (drain jobs in a cancel handler).
     private let stepsRunning = Atomic<Int>(0)
+    /// Drain jobs started and not ended (queued on the pool or running): those not in a
+    /// cancel step are free to take waiting steps, and the rescue check leaves them to it.
+    private let drainJobs = Atomic<Int>(0)
     private let checkArmed = Atomic<Bool>(false)
     /// `completed` when the armed check was armed.
     private let completedAtArm = Atomic<UInt64>(0)
+    #if DEBUG
+    /// Drain jobs started by a post that found the active bit clear, less drain jobs that
+    /// ended (counted just before the compare-and-swap that clears the bit, taken back if it
+    /// fails): never above 1. One word, so that each read is one consistent count.
+    private let postStartsLessEnds = Atomic<Int>(0)
+    #endif
 
     /// How long an active drain job waits for more posts (pause instructions, tens of
     /// microseconds) before it ends: a thread cancelling timers one after another keeps it.
     private static let idleSpins = 1_000
     /// How long steps may wait behind a running one before another drain job takes them.
     static let rescueInterval: UInt64 = 2_000_000
+
+    #if DEBUG
+    /// Tests only: runs on a drain job between taking a step and counting it as running.
+    static let stepTaken = Mutex<(@Sendable (SourceCore) -> Void)?>(nil)
+    /// `TimerEntry.slot` of a core in the intake (debug builds): posted, then taken.
+    private static let slotPosted: Int32 = -2
+    private static let slotTaken: Int32 = -3
+    #endif
 
     private init(qosClass: QoS.QoSClass) {
         self.qosClass = qosClass
@@ -58,23 +91,37 @@ final class CancellationIntake: Sendable {
     /// Posts `core`'s cancel step (`postedStep` already says so); the intake holds the core
     /// until the step has run.
     func post(_ core: SourceCore) {
+        #if DEBUG
+        // Out of the timer heap (its `deadline` is free to link) and never posted before.
+        let slot = core.slot
+        assert(slot == -1, "\(core.name): cancel step posted with slot \(slot) (>= 0: in the timer heap; < -1: posted before)")
+        core.slot = CancellationIntake.slotPosted
+        #endif
         let node = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
         var old = posted.load(ordering: .relaxed)
         while true {
             core.deadline = UInt64(old & ~CancellationIntake.active)
+            // Sequentially consistent, as the drain job's count of running steps and its
+            // look at this word after it: one of the two sees the other (see `drain`).
             let (exchanged, original) = posted.compareExchange(
-                expected: old, desired: node | CancellationIntake.active, ordering: .acquiringAndReleasing)
+                expected: old, desired: node | CancellationIntake.active,
+                successOrdering: .sequentiallyConsistent, failureOrdering: .relaxed)
             if exchanged { break }
             old = original
         }
         if old & CancellationIntake.active == 0 {
+            #if DEBUG
+            let surplus = postStartsLessEnds.add(1, ordering: .relaxed).newValue
+            assert(surplus <= 1, "cancellation intake: a post started a drain job while one was active")
+            #endif
             startDrainJob()
-        } else if stepsRunning.load(ordering: .relaxed) > 0 {
+        } else if stepsRunning.load(ordering: .sequentiallyConsistent) > 0 {
             armStuckStepCheck()  // this step waits behind a running one
         }
     }
 
     private func startDrainJob() {
+        drainJobs.add(1, ordering: .relaxed)
         WorkQueue.global(qos: qosClass).enqueue(
             Job(work: .cancellations(qosClass), qos: QoS(qosClass), flags: [], context: .empty, group: nil))
     }
@@ -82,10 +129,17 @@ final class CancellationIntake: Sendable {
     /// The drain job (on the global queue of the class, at its QoS). Several may run at
     /// once after a rescue; each ends when it finds nothing posted and nothing to run.
     func drain() {
+        assert(drainJobs.load(ordering: .relaxed) > 0, "cancellation intake: a drain job that was not counted")
         while true {
-            if let (core, othersWait) = nextStep() {
-                stepsRunning.add(1, ordering: .relaxed)
-                if othersWait { armStuckStepCheck() }
+            if let (core, othersQueued) = nextStep() {
+                #if DEBUG
+                if let hook = CancellationIntake.stepTaken.locked({ $0 }) { hook(core) }
+                #endif
+                stepsRunning.add(1, ordering: .sequentiallyConsistent)
+                // A post that has not seen this step counted pushed before this look.
+                if othersQueued || posted.load(ordering: .sequentiallyConsistent) & ~CancellationIntake.active != 0 {
+                    armStuckStepCheck()
+                }
                 core.runPostedStep()
                 stepsRunning.subtract(1, ordering: .relaxed)
                 completed.add(1, ordering: .releasing)
@@ -101,15 +155,24 @@ final class CancellationIntake: Sendable {
                 append(newestFirst: taken)
                 continue
             }
-            if runList.locked({ $0.first == 0 }),
-               posted.compareExchange(expected: CancellationIntake.active, desired: 0, ordering: .acquiringAndReleasing).exchanged {
-                return
+            if runList.locked({ $0.first == 0 }) {
+                #if DEBUG
+                postStartsLessEnds.subtract(1, ordering: .relaxed)
+                #endif
+                if posted.compareExchange(expected: CancellationIntake.active, desired: 0,
+                                          ordering: .acquiringAndReleasing).exchanged {
+                    drainJobs.subtract(1, ordering: .relaxed)
+                    return
+                }
+                #if DEBUG
+                postStartsLessEnds.add(1, ordering: .relaxed)
+                #endif
             }
         }
     }
 
-    /// Takes the oldest step of the run list, and whether more wait behind it.
-    private func nextStep() -> (SourceCore, othersWait: Bool)? {
+    /// Takes the oldest step of the run list, and whether more wait behind it there.
+    private func nextStep() -> (SourceCore, othersQueued: Bool)? {
         let (first, rest) = runList.locked { list -> (UInt, UInt) in
             let first = list.first
             guard first != 0 else { return (0, 0) }
@@ -120,7 +183,11 @@ final class CancellationIntake: Sendable {
         }
         guard first != 0 else { return nil }
         let core = Unmanaged<SourceCore>.fromOpaque(UnsafeRawPointer(bitPattern: first)!).takeRetainedValue()
-        core.deadline = .max
+        core.deadline = .max  // unlinked: a one-shot window that never opens
+        #if DEBUG
+        assert(core.slot == CancellationIntake.slotPosted, "\(core.name): cancel step taken twice or never posted")
+        core.slot = CancellationIntake.slotTaken
+        #endif
         return (core, rest != 0)
     }
 
@@ -131,6 +198,9 @@ final class CancellationIntake: Sendable {
         let last = newestFirst
         while next != 0 {
             let core = Self.core(at: next)
+            #if DEBUG
+            assert(core.slot == CancellationIntake.slotPosted, "\(core.name): linked in the intake but not posted")
+            #endif
             let following = UInt(core.deadline)
             core.deadline = UInt64(oldestFirst)
             oldestFirst = next
@@ -148,24 +218,39 @@ final class CancellationIntake: Sendable {
 
     /// Steps wait behind the one about to run: look again in `rescueInterval`.
     private func armStuckStepCheck() {
-        guard !checkArmed.load(ordering: .relaxed), !checkArmed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // Sequentially consistent, as the check's clearing of the flag and its look at the
+        // stack after it: a post that finds the check still armed is seen by that check.
+        guard !checkArmed.load(ordering: .sequentiallyConsistent),
+              !checkArmed.exchange(true, ordering: .sequentiallyConsistent) else { return }
         completedAtArm.store(completed.load(ordering: .acquiring), ordering: .relaxed)
         DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + CancellationIntake.rescueInterval) {
             [self] in checkForStuckSteps()
         }
     }
 
-    /// Starts another drain job if steps still wait and none ran since the check was armed
-    /// (the running one is blocked or slow); looks again later if steps wait but ran.
+    /// Starts another drain job if steps still wait, none ran since the check was armed and
+    /// every live drain job is inside a cancel step (blocked or slow); looks again later if
+    /// steps wait but ran, or a drain job is free to take them.
     private func checkForStuckSteps() {
-        checkArmed.store(false, ordering: .releasing)
-        let waiting = runList.locked { $0.first != 0 } || posted.load(ordering: .acquiring) & ~CancellationIntake.active != 0
+        checkArmed.store(false, ordering: .sequentiallyConsistent)
+        let waiting = posted.load(ordering: .sequentiallyConsistent) & ~CancellationIntake.active != 0
+            || runList.locked { $0.first != 0 }
         guard waiting else { return }
-        if completed.load(ordering: .acquiring) == completedAtArm.load(ordering: .relaxed) {
+        let progressed = completed.load(ordering: .acquiring) != completedAtArm.load(ordering: .relaxed)
+        // Read apart, the two may be skewed by a step starting or ending between the reads:
+        // at worst one drain job more is started, which finds nothing and ends.
+        let freeDrainJobs = drainJobs.load(ordering: .acquiring) - stepsRunning.load(ordering: .acquiring)
+        if !progressed && freeDrainJobs <= 0 {
             startDrainJob()
         } else {
             armStuckStepCheck()
         }
+    }
+
+    /// Nothing posted, queued or running, and no drain job alive (for tests).
+    var isIdle: Bool {
+        posted.load(ordering: .acquiring) == 0 && runList.locked { $0.first == 0 }
+            && drainJobs.load(ordering: .acquiring) == 0 && stepsRunning.load(ordering: .acquiring) == 0
     }
 
     private static func core(at bits: UInt) -> SourceCore {
