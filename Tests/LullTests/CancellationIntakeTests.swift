@@ -140,7 +140,7 @@ extension LullSuite {
         /// timer left the engine: a repeating timer cancelled as its delivery job ends must
         /// not have its cancel step posted while it is still in the heap (a debug build
         /// asserts it in `post`; the child process stops there).
-        @Test(.disabled("SourceCore lets a job that ends decide the cancel step between cancel() setting the flag and unregistering; enable with the fix of that path"))
+        @Test
         func aTimerCancelledAsItsDeliveryEndsIsOutOfTheEngineWhenItsStepIsPosted() async {
             await #expect(processExitsWith: .success) {
                 let ran = Atomic<Int>(0)
