@@ -16,7 +16,8 @@ import Glibc
 /// A class with queued work, no idle worker, none on its way and fewer running than it may
 /// run is short of a thread that could not be created (`pthread_create` failed, or the
 /// ceiling was reached): the check starts one again, looking again later while it fails,
-/// with a delay that doubles with each consecutive failure (up to `maximumInterval`).
+/// with a delay that doubles with each consecutive failed creation (up to
+/// `maximumInterval`), and every `interval` while the pool is at its ceiling.
 ///
 /// Nothing runs while the pool is neither saturated nor short of a thread: the check is
 /// armed by a saturated submit or a failed thread creation, never by a clock.
@@ -71,6 +72,8 @@ extension WorkerPool {
         case saturated(tids: [Int32], knownBlocked: Int, taken: UInt64)
         /// Jobs wait with a thread missing (its creation failed): start one.
         case shortOfAThread
+        /// Jobs wait with a thread missing and the pool at its ceiling: look again later.
+        case atTheCeiling
     }
 
     func checkForStalls() {
@@ -81,7 +84,9 @@ extension WorkerPool {
             let condition = pool.state.locked { state -> ClassCondition? in
                 guard !state.jobs.isEmpty, state.idle.isEmpty else { return nil }
                 guard state.running >= cpuCount else {
-                    guard state.waking == 0, state.spinning == 0, reserveThread() else { return nil }
+                    guard state.waking == 0, state.spinning == 0 else { return nil }
+                    // At the ceiling: look again once threads of other classes may have retired.
+                    guard reserveThread() else { return .atTheCeiling }
                     state.running += 1
                     state.threads += 1
                     state.waking += 1
@@ -93,19 +98,26 @@ extension WorkerPool {
                 return .saturated(tids: Array(state.threadIDs), knownBlocked: state.blocked + state.waking,
                                   taken: state.taken)
             }
-            guard let condition else { continue }
-            guard case .saturated(let tids, let knownBlocked, let taken) = condition else {
+            let tids: [Int32], knownBlocked: Int, taken: UInt64
+            switch condition {
+            case nil:
+                continue
+            case .shortOfAThread:
                 // A failure re-arms the check itself (with back-off).
                 startWorker(Worker(pool: pool), wokenForWork: true)
                 continue
+            case .atTheCeiling:
+                stillSaturated = true
+                continue
+            case .saturated(let threadIDs, let blocked, let jobsTaken):
+                (tids, knownBlocked, taken) = (threadIDs, blocked, jobsTaken)
             }
-            let snapshot = (tids: tids, knownBlocked: knownBlocked, taken: taken)
             stillSaturated = true
             // Progress since the last look: threads seen asleep were only between jobs or on
             // a lock for a moment (a caller's lock, the allocator's), not blocked.
-            if pool.takenAtLastCheck.exchange(snapshot.taken, ordering: .relaxed) != snapshot.taken { continue }
-            let sleeping = snapshot.tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
-            let unknownBlocked = sleeping - snapshot.knownBlocked
+            if pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken { continue }
+            let sleeping = tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
+            let unknownBlocked = sleeping - knownBlocked
             guard unknownBlocked > 0 else { continue }
             for _ in 0..<unknownBlocked {
                 let spawn = pool.state.locked { state -> Bool in
