@@ -104,3 +104,12 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// A test helper: reports each QoS class's worker nice value in an unprivileged process
+// (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).
+package.targets.append(.executableTarget(
+    name: "lull-priority-probe",
+    dependencies: ["Lull"],
+    path: "Tests/LullPriorityProbe",
+    swiftSettings: strictSettings
+))

@@ -45,3 +45,51 @@ func waitFor(seconds: Int, _ condition: () -> Bool) -> Bool {
     }
     return condition()
 }
+
+extension LullSuite {
+    /// Blocks that sleep in the kernel, unknown to Lull, occupy every worker of their class;
+    /// the reactor must keep polling (timers fire) and the pool must grow, whatever the class.
+    @Suite struct BlockedClassTests {
+        /// The queue for one case: a concurrent queue of the class, or of no QoS.
+        static func queue(_ qosClass: QoS.QoSClass) -> WorkQueue {
+            qosClass == .unspecified
+                ? WorkQueue(label: "lull.test.blocked.none", attributes: .concurrent)
+                : WorkQueue(label: "lull.test.blocked.\(qosClass.name)", qos: QoS(qosClass), attributes: .concurrent)
+        }
+
+        @Test(arguments: [QoS.QoSClass.default, .unspecified, .background, .utility, .userInitiated, .userInteractive])
+        func timersFireWhileEveryWorkerOfTheClassSleeps(_ qosClass: QoS.QoSClass) throws {
+            var fds: [Int32] = [0, 0]
+            try #require(pipe(&fds) == 0)
+            defer { close(fds[0]); close(fds[1]) }
+            let readEnd = fds[0]
+            let count = 20
+            let started = Counter()
+            let finished = Counter()
+            let queue = Self.queue(qosClass)
+            for _ in 0..<count {
+                queue.async {
+                    started.increment()
+                    var byte: UInt8 = 0
+                    _ = read(readEnd, &byte, 1)
+                    finished.increment()
+                }
+            }
+            // Released whatever happened, so that no worker stays stuck after the test.
+            defer {
+                let bytes = [UInt8](repeating: 1, count: count)
+                _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, count) }
+                #expect(waitUntil { finished.value == count })
+            }
+            #expect(waitUntil { started.value >= WorkerPool.shared.cpuCount }, "the blocks did not start")
+            // Later than the stall monitor's look (StallMonitor.interval), whose wake-up is
+            // then already armed: this timer moves no deadline and asks for no poller itself.
+            let fired = Flag()
+            WorkQueue(label: "lull.test.blocked.timer", qos: .userInitiated)
+                .asyncAfter(deadline: .now() + .milliseconds(300)) { fired.set() }
+            #expect(waitUntil { fired.isSet }, "a timer did not fire while \(qosClass) workers slept")
+            #expect(waitUntil { started.value == count },
+                    "only \(started.value) of \(count) sleeping \(qosClass) blocks started")
+        }
+    }
+}

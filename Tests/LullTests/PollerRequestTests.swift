@@ -41,7 +41,10 @@ extension LullSuite {
             for _ in 0..<WorkerPool.shared.cpuCount {
                 WorkQueue.global().async { occupancy.occupy() }
             }
-            try #require(waitUntil { occupancy.busy.load(ordering: .relaxed) == WorkerPool.shared.cpuCount + 1 })
+            // The handler and the blocks share the class's cpuCount threads (the handler's
+            // poller counts as one of them once it runs it): which of them run first is
+            // timing, and the rest wait queued, which is all this test needs.
+            try #require(waitUntil { occupancy.busy.load(ordering: .relaxed) >= WorkerPool.shared.cpuCount })
             // Queued behind them: a thread started for a poller must poll, not take these.
             for _ in 0..<8 {
                 WorkQueue.global().async { occupancy.occupy() }
@@ -58,7 +61,7 @@ extension LullSuite {
                 source.activate()
                 sources.append(source)
             }
-            #expect(waitUntil { WorkerPool.shared.pollerActive.load(ordering: .acquiring) }, "no worker polls")
+            #expect(waitUntil { WorkerPool.shared.pollerSlot.isPolling }, "no worker polls")
             let started = WorkerPool.shared.workerThreadIDs().count - threadsBefore
             #expect(started <= 3, "\(started) threads started for 100 registrations")
         }

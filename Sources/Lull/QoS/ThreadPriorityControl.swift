@@ -10,7 +10,9 @@ import Synchronization
 /// thread's nice value never leave a stale value behind.
 ///
 /// Overrides are counted per class, so that several waiters compose and each takes back
-/// exactly its own.
+/// exactly its own. Pairing (docs/QoSOverrides.md): every override put on a thread is taken
+/// back by whoever put it, with the class it put; a count never goes below zero, and a
+/// worker that goes idle carries none (both asserted in debug builds).
 final class ThreadPriorityControl: Sendable {
     let tid: Int32
     private let state: Mutex<State>
@@ -60,12 +62,20 @@ final class ThreadPriorityControl: Sendable {
     func replaceOverride(_ old: QoS.QoSClass, with new: QoS.QoSClass) {
         guard old != new else { return }
         state.locked { state in
+            assert(old == .unspecified || state.overrides[old.rank] > 0,
+                   "Lull: a \(old.name) override taken back that was never put on thread \(tid)")
             if old != .unspecified { state.overrides[old.rank] -= 1 }
             if new != .unspecified { state.overrides[new.rank] += 1 }
             let highest = state.overrides.lastIndex { $0 > 0 } ?? 0
             highestOverrideRank.store(highest, ordering: .relaxed)
             apply(&state)
         }
+    }
+
+    /// True while any override is in force (debug checks: a worker that goes idle has had
+    /// every override put on it taken back).
+    var hasOverrides: Bool {
+        state.locked { state in state.overrides.contains { $0 != 0 } }
     }
 
     func addOverride(_ qosClass: QoS.QoSClass) {

@@ -17,6 +17,7 @@ struct WaitOverrides: Sendable {
     }
 
     mutating func removeWaiter(_ qosClass: QoS.QoSClass) {
+        assert(waiters[qosClass.rank] > 0, "Lull: a \(qosClass.name) waiter removed that was never added")
         waiters[qosClass.rank] -= 1
         update()
     }
@@ -27,7 +28,10 @@ struct WaitOverrides: Sendable {
     }
 
     mutating func removeRunner(_ control: ThreadPriorityControl) {
-        guard let index = runners.lastIndex(where: { $0.control === control }) else { return }
+        guard let index = runners.lastIndex(where: { $0.control === control }) else {
+            assertionFailure("Lull: a runner removed that was never added")
+            return
+        }
         control.replaceOverride(runners[index].applied, with: .unspecified)
         runners.remove(at: index)
     }
@@ -39,5 +43,6 @@ struct WaitOverrides: Sendable {
             runners[index].control.replaceOverride(runners[index].applied, with: waitClass)
             runners[index].applied = waitClass
         }
+        assert(runners.allSatisfy { $0.applied == waitClass }, "Lull: a runner carries an override other than the wait class")
     }
 }

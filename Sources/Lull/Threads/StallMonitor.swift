@@ -9,18 +9,34 @@ import Glibc
 /// looks again `interval` later, from the polling thread: workers the kernel reports as
 /// sleeping (`S` or `D` in /proc) that Lull does not know to be blocked are replaced by new
 /// threads, up to the pool's ceiling — but only if the class finished no job in the
-/// meantime (a thread caught asleep on a lock for an instant is not blocked). Nothing runs while the pool is not saturated: the
-/// check is armed by a saturated submit, never by a clock.
+/// meantime (a thread caught asleep on a lock for an instant is not blocked). Every class
+/// is looked at alike, the poller's own included: the poller never takes a job while there
+/// is something to poll for (see `WorkerPool`), so the check always gets to run.
+///
+/// A class with queued work, no idle worker, none on its way and fewer running than it may
+/// run is short of a thread that could not be created (`pthread_create` failed, or the
+/// ceiling was reached): the check starts one again, looking again later while it fails,
+/// with a delay that doubles with each consecutive failed creation (up to
+/// `maximumInterval`), and every `interval` while the pool is at its ceiling.
+///
+/// Nothing runs while the pool is neither saturated nor short of a thread: the check is
+/// armed by a saturated submit or a failed thread creation, never by a clock.
 final class StallMonitor: Sendable {
     static let interval: UInt64 = 50_000_000
+    static let maximumInterval: UInt64 = 1_600_000_000
 
     private let armed = Atomic<Bool>(false)
 
-    func arm(_ check: @escaping @Sendable () -> Void) {
+    /// The delay of the next look after `failures` consecutive failed thread creations.
+    static func delay(afterFailures failures: Int) -> UInt64 {
+        min(maximumInterval, interval << UInt64(min(max(failures, 0), 5)))
+    }
+
+    func arm(after delay: UInt64, _ check: @escaping @Sendable () -> Void) {
         guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + StallMonitor.interval, check)
+        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + delay, check)
     }
 
     func disarm() {
@@ -44,9 +60,20 @@ final class StallMonitor: Sendable {
 }
 
 extension WorkerPool {
-    /// Called when work was queued and no thread could take it.
+    /// Called when work was queued and no thread could take it, or a thread could not be
+    /// created.
     func noteSaturated() {
-        stallMonitor.arm { WorkerPool.shared.checkForStalls() }
+        let delay = StallMonitor.delay(afterFailures: threadCreationFailures.load(ordering: .relaxed))
+        stallMonitor.arm(after: delay) { WorkerPool.shared.checkForStalls() }
+    }
+
+    private enum ClassCondition {
+        /// Jobs wait, every thread the class may run is taken: some may be blocked.
+        case saturated(tids: [Int32], knownBlocked: Int, taken: UInt64)
+        /// Jobs wait with a thread missing (its creation failed): start one.
+        case shortOfAThread
+        /// Jobs wait with a thread missing and the pool at its ceiling: look again later.
+        case atTheCeiling
     }
 
     func checkForStalls() {
@@ -54,20 +81,43 @@ extension WorkerPool {
         var stillSaturated = false
         let pollerTid = pollerThreadID.load(ordering: .acquiring)
         for pool in classes {
-            let snapshot = pool.state.locked { state -> (tids: [Int32], knownBlocked: Int, taken: UInt64)? in
-                guard !state.jobs.isEmpty, state.idle.isEmpty, state.running >= cpuCount else { return nil }
+            let condition = pool.state.locked { state -> ClassCondition? in
+                guard !state.jobs.isEmpty, state.idle.isEmpty else { return nil }
+                guard state.running >= cpuCount else {
+                    guard state.waking == 0, state.spinning == 0 else { return nil }
+                    // At the ceiling: look again once threads of other classes may have retired.
+                    guard reserveThread() else { return .atTheCeiling }
+                    state.running += 1
+                    state.threads += 1
+                    state.waking += 1
+                    return .shortOfAThread
+                }
                 // Workers woken for work and not yet back on a CPU sleep in the kernel's
                 // eyes too: on a loaded machine that lasts, and replacing them would only
                 // add threads to the queue for the CPU.
-                return (Array(state.threadIDs), state.blocked + state.waking, state.taken)
+                return .saturated(tids: Array(state.threadIDs), knownBlocked: state.blocked + state.waking,
+                                  taken: state.taken)
             }
-            guard let snapshot else { continue }
+            let tids: [Int32], knownBlocked: Int, taken: UInt64
+            switch condition {
+            case nil:
+                continue
+            case .shortOfAThread:
+                // A failure re-arms the check itself (with back-off).
+                startWorker(Worker(pool: pool), wokenForWork: true)
+                continue
+            case .atTheCeiling:
+                stillSaturated = true
+                continue
+            case .saturated(let threadIDs, let blocked, let jobsTaken):
+                (tids, knownBlocked, taken) = (threadIDs, blocked, jobsTaken)
+            }
             stillSaturated = true
             // Progress since the last look: threads seen asleep were only between jobs or on
             // a lock for a moment (a caller's lock, the allocator's), not blocked.
-            if pool.takenAtLastCheck.exchange(snapshot.taken, ordering: .relaxed) != snapshot.taken { continue }
-            let sleeping = snapshot.tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
-            let unknownBlocked = sleeping - snapshot.knownBlocked
+            if pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken { continue }
+            let sleeping = tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
+            let unknownBlocked = sleeping - knownBlocked
             guard unknownBlocked > 0 else { continue }
             for _ in 0..<unknownBlocked {
                 let spawn = pool.state.locked { state -> Bool in
@@ -77,8 +127,7 @@ extension WorkerPool {
                     state.waking += 1
                     return true
                 }
-                guard spawn else { break }
-                startWorker(in: pool, wokenForWork: true)
+                guard spawn, startWorker(Worker(pool: pool), wokenForWork: true) else { break }
             }
         }
         if stillSaturated { noteSaturated() }

@@ -18,6 +18,21 @@ import Glibc
 /// Idle workers take turns polling the reactor (leader/followers): at most one polls at a
 /// time, and work that the events it receives produce for its own class goes to its
 /// *inline slot* and runs right after the poll on that same thread, without a hand-off.
+///
+/// The hand-off between workers and the poller (docs/WorkerPool.md) lives in one atomic
+/// word, `pollerSlot`: `vacant`, `requested(worker)` or `polling(worker)` (see `PollerSlot`
+/// for the transitions). A worker of a polling class looks at the slot first whenever it
+/// takes its class lock: a request that names it is answered, and while there is something
+/// to poll for and the slot is vacant it polls before it takes a job (recruiting another
+/// worker for the jobs), so the reactor never waits behind a class's work — the poller's own
+/// class included. Only a worker just woken or started for queued work takes that work
+/// first. Invariants:
+/// - at most one worker polls, and `pollerThreadID` is its tid while it polls;
+/// - a request names a worker that is off every idle stack and counted running, which looks
+///   at the slot first thing; a named worker never parks;
+/// - while the reactor has interest, the slot is `vacant` only until the next worker of a
+///   polling class takes its lock or the next `ensurePoller`: the one that changed the
+///   interest and the one that left the slot see each other (sequential consistency).
 final class WorkerPool: Sendable {
     static let shared = WorkerPool()
 
@@ -30,10 +45,10 @@ final class WorkerPool: Sendable {
 
     let classes: [ClassPool]
     private let totalThreads = Atomic<Int>(0)
-    /// True while a worker polls the reactor (the leader slot).
-    let pollerActive = Atomic<Bool>(false)
-    /// A worker was claimed or started to poll and has not looked yet (`ensurePoller`).
-    let pollerRequested = Atomic<Bool>(false)
+    /// Who polls the reactor, or who has been asked to (see `PollerSlot`).
+    let pollerSlot = PollerSlot()
+    /// Consecutive failures to create a thread: the stall monitor's retries back off by it.
+    let threadCreationFailures = Atomic<Int>(0)
     private let liveThreadIDs = Mutex<Set<Int32>>([])
     /// The kernel tid of the polling worker (0: none), so the stall check can skip it.
     let pollerThreadID = Atomic<Int32>(0)
@@ -101,7 +116,7 @@ final class WorkerPool: Sendable {
         switch helper {
         case .none: break
         case .wake(let worker): worker.parker.unpark()
-        case .spawn: startWorker(in: pool, wokenForWork: true)
+        case .spawn: startWorker(Worker(pool: pool), wokenForWork: true)
         case .saturated: noteSaturated()
         }
     }
@@ -126,44 +141,62 @@ final class WorkerPool: Sendable {
         return body()
     }
 
-    /// Makes sure some worker polls the reactor: wakes an idle one or starts one, which
-    /// polls first thing (`Worker.wokenToPoll`).
+    /// Makes sure some worker polls the reactor: claims an idle worker of a polling class or
+    /// starts one, naming it in `pollerSlot` (`vacant → requested(worker)`) under the class
+    /// lock that takes it off the idle stack, so that the worker sees the request whenever it
+    /// looks, however late this thread gets to wake it.
     ///
-    /// One request at a time (`pollerRequested`, cleared by the worker that takes it): the
-    /// reactor asks whenever its interest or its timer changes while no worker polls, and
-    /// under load — every worker busy, none idle — each request started a thread, which
-    /// took queued work before it polled; the echo server's pool reached its ceiling of 64
-    /// threads that way.
+    /// One request at a time: the reactor asks whenever its interest or its timer changes
+    /// while no worker polls, and under load (every worker busy, none idle) each request
+    /// would otherwise start a thread.
     func ensurePoller() {
-        if pollerActive.load(ordering: .acquiring) { return }
-        guard !pollerRequested.load(ordering: .relaxed),
-              !pollerRequested.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        guard pollerSlot.isVacant else { return }
         for qosClass in WorkerPool.pollingClasses {
             let pool = classes[qosClass.poolIndex]
-            let claimed = pool.state.locked { state -> Worker? in
-                guard let worker = state.idle.popLast() else { return nil }
+            let claim = pool.state.locked { state -> PollerClaim in
+                guard let worker = state.idle.last else { return .noIdleWorker }
+                guard pollerSlot.request(for: worker.token) else { return .answered }
+                state.idle.removeLast()
                 state.running += 1
-                return worker
+                return .claimed(worker)
             }
-            if let claimed {
-                claimed.wokenToPoll.store(true, ordering: .relaxed)
-                claimed.parker.unpark()
+            switch claim {
+            case .noIdleWorker:
+                continue
+            case .answered:
+                return
+            case .claimed(let worker):
+                #if DEBUG
+                PoolTestHooks.runClaimedToPoll(worker)
+                #endif
+                worker.parker.unpark()
                 return
             }
         }
         let pool = classes[QoS.QoSClass.default.poolIndex]
+        let worker = Worker(pool: pool)
         let spawn = pool.state.locked { state -> Bool in
-            guard reserveThread() else { return false }
+            guard pollerSlot.request(for: worker.token) else { return false }
+            guard reserveThread() else {
+                pollerSlot.withdraw(for: worker.token)
+                return false
+            }
             state.running += 1
             state.threads += 1
             return true
         }
-        if spawn {
-            startWorker(in: pool, wokenForWork: false, toPoll: true)
-        } else {
-            pollerRequested.store(false, ordering: .releasing)
-        }
+        if spawn { startWorker(worker, wokenForWork: false) }
     }
+
+    private enum PollerClaim {
+        case noIdleWorker
+        /// Another request or a poller was there first.
+        case answered
+        case claimed(Worker)
+    }
+
+    /// No worker polls and no request is outstanding.
+    var pollerIsVacant: Bool { pollerSlot.isVacant }
 
     func reserveThread() -> Bool {
         var current = totalThreads.load(ordering: .relaxed)
@@ -181,10 +214,15 @@ final class WorkerPool: Sendable {
 
     // MARK: Threads
 
-    func startWorker(in pool: ClassPool, wokenForWork: Bool, toPoll: Bool = false) {
-        let worker = Worker(pool: pool)
+    /// Starts `worker`'s thread, already counted in its class (`running`, `threads`, and
+    /// `waking` when `wokenForWork`) and in `totalThreads`, and perhaps named in `pollerSlot`.
+    /// When the thread cannot be created, takes all of that back, logs the degradation and
+    /// arms the stall monitor, which tries again (backing off) while work waits: queued work
+    /// never waits on a thread that was never created. Returns whether the thread started.
+    @discardableResult
+    func startWorker(_ worker: Worker, wokenForWork: Bool) -> Bool {
+        let pool = worker.pool
         worker.wokenForWork.store(wokenForWork, ordering: .relaxed)
-        worker.wokenToPoll.store(toPoll, ordering: .relaxed)
         var thread = pthread_t()
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
@@ -196,17 +234,24 @@ final class WorkerPool: Sendable {
             return nil
         }, context)
         pthread_attr_destroy(&attributes)
-        if result != 0 {
-            Unmanaged<Worker>.fromOpaque(context).release()
-            pool.state.locked { state in
-                state.running -= 1
-                state.threads -= 1
-                if wokenForWork { state.waking -= 1 }
-            }
-            totalThreads.subtract(1, ordering: .relaxed)
-            if toPoll { pollerRequested.store(false, ordering: .releasing) }
-            RuntimeLog.warning("could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); its work waits for an existing thread")
+        guard result != 0 else {
+            threadCreationFailures.store(0, ordering: .relaxed)
+            return true
         }
+        Unmanaged<Worker>.fromOpaque(context).release()
+        pool.state.locked { state in
+            state.running -= 1
+            state.threads -= 1
+            if wokenForWork { state.waking -= 1 }
+        }
+        totalThreads.subtract(1, ordering: .relaxed)
+        if pollerSlot.state == .requested(worker.token) { pollerSlot.withdraw(for: worker.token) }
+        threadCreationFailures.add(1, ordering: .relaxed)
+        RuntimeLog.once("thread-create-failed") {
+            "could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); queued work waits for an existing thread, and the pool tries again with back-off"
+        }
+        noteSaturated()
+        return false
     }
 
     private enum Next {
@@ -238,16 +283,21 @@ final class WorkerPool: Sendable {
         while true {
             var cascade = Helper.none
             let next = pool.state.locked { state -> Next in
-                if worker.wokenForWork.exchange(false, ordering: .relaxed) { state.waking -= 1 }
-                if worker.wokenToPoll.exchange(false, ordering: .relaxed) {
-                    // Claimed or started to poll: the request is answered, then the need
-                    // looked at — in that order (both sequentially consistent, as the
-                    // interest's change and the request are), so that a request made
-                    // meanwhile and refused is for a need this look sees.
-                    pollerRequested.store(false, ordering: .sequentiallyConsistent)
-                    if mayPoll && reactor.needsPoller
-                        && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+                let wokenForWork = worker.wokenForWork.exchange(false, ordering: .relaxed)
+                if wokenForWork { state.waking -= 1 }
+                if mayPoll {
+                    // A request naming this worker is answered by looking at the need, as
+                    // any worker of a polling class does, before the jobs: the reactor
+                    // must not wait behind the class's work (a worker woken for a job takes
+                    // it first: it was counted for it). Leaving the slot and then reading
+                    // the interest (both sequentially consistent) pairs with
+                    // `ensurePoller`, which raises the interest and then reads the slot.
+                    if pollerSlot.state == .requested(worker.token) { pollerSlot.withdraw(for: worker.token) }
+                    if !(wokenForWork && !state.jobs.isEmpty)
+                        && reactor.needsPoller && pollerSlot.take(for: worker.token) {
                         state.running -= 1
+                        // Jobs queued meanwhile get another worker (or the stall monitor).
+                        if !state.jobs.isEmpty { cascade = recruit(&state) }
                         return .poll
                     }
                 }
@@ -256,16 +306,14 @@ final class WorkerPool: Sendable {
                     return .job(job)
                 }
                 state.running -= 1
-                if mayPoll && reactor.needsPoller
-                    && pollerActive.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
-                    return .poll
-                }
                 // Spin only as the class's last running worker: with others running, the
                 // CPU is better left to them (and to the threads that feed them).
                 if state.spinning == 0 && state.running == 0 {
                     state.spinning = 1
                     return .spin
                 }
+                assert(!pollerSlot.names(worker.token), "Lull: a worker named by the poller slot parks")
+                assert(!thread.priority.hasOverrides, "Lull: a worker goes idle with an override still on it")
                 state.idle.append(worker)
                 return .park
             }
@@ -274,7 +322,7 @@ final class WorkerPool: Sendable {
             case .job(let job):
                 runTimed(job, thread: thread, pool: pool)
             case .poll:
-                poll(reactor, thread: thread, pool: pool)
+                poll(reactor, worker: worker, thread: thread)
             case .spin:
                 if let job = spinForWork(worker, pool: pool) {
                     runTimed(job, thread: thread, pool: pool)
@@ -288,7 +336,10 @@ final class WorkerPool: Sendable {
     }
 
     /// One turn as the leader: poll, give up the slot, then run what the wake-up produced.
-    private func poll(_ reactor: Reactor, thread: ThreadState, pool: ClassPool) {
+    private func poll(_ reactor: Reactor, worker: Worker, thread: ThreadState) {
+        let pool = worker.pool
+        assert(pollerSlot.state == .polling(worker.token), "Lull: a worker polls without holding the poller slot")
+        assert(pollerThreadID.load(ordering: .relaxed) == 0, "Lull: two workers poll at once")
         thread.pollingClass = pool.qosClass
         pollerThreadID.store(thread.tid, ordering: .releasing)
         reactor.pollOnce(on: thread)
@@ -296,7 +347,7 @@ final class WorkerPool: Sendable {
         TimerEngine.shared.fireIfDue()
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
-        pollerActive.store(false, ordering: .releasing)
+        pollerSlot.release(for: worker.token)
         var batch = Fifo<Job>()
         swap(&batch, &thread.inlineBatch)
         pool.state.locked { $0.running += 1 }
@@ -353,6 +404,7 @@ final class WorkerPool: Sendable {
         let job = pool.state.locked { state -> Job? in
             state.spinning = 0
             guard let job = state.popJob(pool) else {
+                assert(!pollerSlot.names(worker.token), "Lull: a worker named by the poller slot parks")
                 state.idle.append(worker)
                 return nil
             }
@@ -372,6 +424,7 @@ final class WorkerPool: Sendable {
                 guard let index = state.idle.firstIndex(where: { $0 === worker }) else {
                     return true  // claimed: whoever claimed it counted it as running
                 }
+                assert(!pollerSlot.names(worker.token), "Lull: an idle worker is named by the poller slot")
                 if woken { return nil }  // a stale permit: stay idle
                 state.idle.remove(at: index)
                 state.threads -= 1
@@ -447,10 +500,13 @@ final class Worker: Sendable {
     /// Set by whoever wakes this worker for queued work (it counts in `waking` until it
     /// looks at the queue again).
     let wokenForWork = Atomic<Bool>(false)
-    /// Set by `ensurePoller`, which claimed or started this worker to poll the reactor.
-    let wokenToPoll = Atomic<Bool>(false)
+    /// Names this worker in `WorkerPool.pollerSlot`; unique for the process's lifetime.
+    let token: UInt64
+
+    private static let lastToken = Atomic<UInt64>(0)
 
     init(pool: ClassPool) {
         self.pool = pool
+        token = Worker.lastToken.add(1, ordering: .relaxed).newValue
     }
 }

@@ -1,0 +1,17 @@
+import Synchronization
+
+#if DEBUG
+/// Debug-build seams of the worker pool, for tests that must widen a window. Release builds
+/// have none of this. (Thread creation fails on purpose through the shims' fault table.)
+enum PoolTestHooks {
+    /// Runs on the thread that claimed an idle worker to poll (`WorkerPool.ensurePoller`),
+    /// after the claim is published and before the worker is woken: a test parks the
+    /// claiming thread here to stand for a preemption at that point.
+    static let claimedToPoll = Mutex<(@Sendable (Worker) -> Void)?>(nil)
+
+    static func runClaimedToPoll(_ worker: Worker) {
+        let hook = claimedToPoll.locked { $0 }
+        hook?(worker)
+    }
+}
+#endif

@@ -1,0 +1,57 @@
+// lull-priority-probe: a test helper (Tests/LullTests/UnprivilegedPriorityTests.swift).
+//
+// Usage: lull-priority-probe <nice>
+//
+// Started as root, it first becomes an ordinary user the way most services run: its nice
+// value set to <nice>, RLIMIT_NICE 0 (no raising of priority), then user and group nobody.
+// Then it runs one block on a queue of each QoS class, prints "<class> <nice>" as each
+// block sees its thread's nice value, and "ready" once all have; the blocks stay on their
+// workers (named lull.<class>) so that the test can read each one's nice value from
+// /proc/<pid>/task/*/stat. It runs until killed.
+import Lull
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func fail(_ message: String) -> Never {
+    print("error: \(message): \(String(cString: strerror(errno)))")
+    fflush(nil)
+    exit(1)
+}
+
+guard CommandLine.arguments.count == 2, let processNice = Int32(CommandLine.arguments[1]) else {
+    print("usage: lull-priority-probe <nice>")
+    exit(2)
+}
+// Single-threaded here: the main thread's nice value is the process's.
+if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, processNice) != 0 { fail("setpriority") }
+var noRaising = rlimit(rlim_cur: 0, rlim_max: 0)
+if setrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &noRaising) != 0 { fail("setrlimit(RLIMIT_NICE)") }
+if geteuid() == 0 {
+    let nobody: UInt32 = 65_534
+    if setgroups(0, nil) != 0 { fail("setgroups") }
+    if setgid(nobody) != 0 { fail("setgid") }
+    if setuid(nobody) != 0 { fail("setuid") }
+}
+
+let classes: [QoS.QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
+let reported = Atomic<Int>(0)
+let lines = Mutex<[String]>([])
+for qosClass in classes {
+    let queue = WorkQueue(label: "probe.\(qosClass)", qos: QoS(qosClass: qosClass, relativePriority: 0))
+    queue.async {
+        errno = 0
+        let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        lines.withLock { $0.append("\(qosClass) \(nice)") }
+        reported.add(1, ordering: .releasing)
+        // Stay on this worker until the process is killed.
+        while true { pause() }
+    }
+}
+while reported.load(ordering: .acquiring) < classes.count { usleep(1_000) }
+for line in lines.withLock({ $0 }) { print(line) }
+print("ready")
+fflush(nil)
+while true { pause() }
