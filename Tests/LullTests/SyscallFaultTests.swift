@@ -382,7 +382,7 @@ extension LullSuite {
 
         // MARK: Threads
 
-        @Test(.disabled("enable after the pool fix: with thread creation failing, work of a class with no worker waits forever"))
+        @Test
         func workOfAClassWithoutAWorkerRunsWhenThreadCreationFails() async {
             let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 let warm = Flag()

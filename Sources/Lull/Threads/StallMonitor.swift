@@ -76,6 +76,36 @@ extension WorkerPool {
         case atTheCeiling
     }
 
+    /// A class with no thread whose thread could not be created hands its queued jobs to the
+    /// nearest class that has a thread (a more important one first), where they run at that
+    /// thread's priority: a logged degradation, instead of work that waits for a thread that
+    /// may never come (RLIMIT_NPROC reached, say). The class gets its own thread again as
+    /// soon as one can be created.
+    private func rehomeJobsOfThreadlessClass(_ pool: ClassPool) {
+        guard let index = classes.firstIndex(where: { $0 === pool }) else { return }
+        let above = classes[(index + 1)...]
+        let below = classes[..<index].reversed()
+        guard let host = (Array(above) + Array(below)).first(where: { candidate in
+            candidate.state.locked { $0.threads > 0 }
+        }) else { return }
+        var moved = pool.state.locked { state -> Fifo<Job> in
+            guard state.threads == 0 else { return Fifo<Job>() }
+            var jobs = Fifo<Job>()
+            while let job = state.popJob(pool) { jobs.append(job) }
+            return jobs
+        }
+        guard !moved.isEmpty else { return }
+        let count = moved.count
+        let helper = host.state.locked { state -> Helper in
+            while let job = moved.popFirst() { state.pushJob(job, host) }
+            return recruit(&state)
+        }
+        start(helper, in: host)
+        RuntimeLog.once("jobs-rehomed-\(pool.qosClass.name)") {
+            "no \(pool.qosClass.name) worker thread could be created: \(count) queued job(s) of that class run on \(host.qosClass.name) threads, at their priority, until one can be"
+        }
+    }
+
     func checkForStalls() {
         stallMonitor.disarm()
         var stillSaturated = false
@@ -103,8 +133,9 @@ extension WorkerPool {
             case nil:
                 continue
             case .shortOfAThread:
-                // A failure re-arms the check itself (with back-off).
-                startWorker(Worker(pool: pool), wokenForWork: true)
+                // A failure re-arms the check itself (with back-off); a class left with no
+                // thread at all hands its queued work to one that has a thread.
+                if !startWorker(Worker(pool: pool), wokenForWork: true) { rehomeJobsOfThreadlessClass(pool) }
                 continue
             case .atTheCeiling:
                 stillSaturated = true

@@ -293,8 +293,12 @@ final class WorkerPool: Sendable {
                     // the interest (both sequentially consistent) pairs with
                     // `ensurePoller`, which raises the interest and then reads the slot.
                     if pollerSlot.state == .requested(worker.token) { pollerSlot.withdraw(for: worker.token) }
-                    if !(wokenForWork && !state.jobs.isEmpty)
-                        && reactor.needsPoller && pollerSlot.take(for: worker.token) {
+                    // While threads cannot be created, queued jobs come first too: no
+                    // other thread may ever come for them (a degradation: the reactor
+                    // then waits behind the job).
+                    let jobsFirst = !state.jobs.isEmpty
+                        && (wokenForWork || threadCreationFailures.load(ordering: .relaxed) > 0)
+                    if !jobsFirst && reactor.needsPoller && pollerSlot.take(for: worker.token) {
                         state.running -= 1
                         // Jobs queued meanwhile get another worker (or the stall monitor).
                         if !state.jobs.isEmpty { cascade = recruit(&state) }
