@@ -1,13 +1,15 @@
 // lull-priority-probe: a test helper (Tests/LullTests/UnprivilegedPriorityTests.swift).
 //
-// Usage: lull-priority-probe <nice>
+// Usage: lull-priority-probe <nice> [chained]
 //
 // Started as root, it first becomes an ordinary user the way most services run: its nice
 // value set to <nice>, RLIMIT_NICE 0 (no raising of priority), then user and group nobody.
 // Then it runs one block on a queue of each QoS class, prints "<class> <nice>" as each
 // block sees its thread's nice value, and "ready" once all have; the blocks stay on their
 // workers (named lull.<class>) so that the test can read each one's nice value from
-// /proc/<pid>/task/*/stat. It runs until killed.
+// /proc/<pid>/task/*/stat. It runs until killed. With `chained`, each class's block is
+// submitted by the block of the class below it, so that every worker from utility up is
+// created by a worker whose nice value is higher than its own class's.
 import Lull
 import Synchronization
 
@@ -21,10 +23,12 @@ func fail(_ message: String) -> Never {
     exit(1)
 }
 
-guard CommandLine.arguments.count == 2, let processNice = Int32(CommandLine.arguments[1]) else {
-    print("usage: lull-priority-probe <nice>")
+guard (2...3).contains(CommandLine.arguments.count), let processNice = Int32(CommandLine.arguments[1]),
+      CommandLine.arguments.count == 2 || CommandLine.arguments[2] == "chained" else {
+    print("usage: lull-priority-probe <nice> [chained]")
     exit(2)
 }
+let chained = CommandLine.arguments.count == 3
 // Single-threaded here: the main thread's nice value is the process's.
 if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, processNice) != 0 { fail("setpriority") }
 var noRaising = rlimit(rlim_cur: 0, rlim_max: 0)
@@ -39,16 +43,24 @@ if geteuid() == 0 {
 let classes: [QoS.QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
 let reported = Atomic<Int>(0)
 let lines = Mutex<[String]>([])
-for qosClass in classes {
+/// Runs the block of `classes[index]`, which starts the next class's first when chained.
+@Sendable func report(_ index: Int) {
+    let qosClass = classes[index]
     let queue = WorkQueue(label: "probe.\(qosClass)", qos: QoS(qosClass: qosClass, relativePriority: 0))
     queue.async {
         errno = 0
         let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
         lines.withLock { $0.append("\(qosClass) \(nice)") }
         reported.add(1, ordering: .releasing)
+        if chained && index + 1 < classes.count { report(index + 1) }
         // Stay on this worker until the process is killed.
         while true { pause() }
     }
+}
+if chained {
+    report(0)
+} else {
+    for index in classes.indices { report(index) }
 }
 while reported.load(ordering: .acquiring) < classes.count { usleep(1_000) }
 for line in lines.withLock({ $0 }) { print(line) }

@@ -43,9 +43,11 @@ extension LullSuite {
             return threads
         }
 
-        @Test(arguments: [Int32(0), 3])
-        func workersOfAnUnprivilegedProcessKeepItsNiceValueFromDefaultUp(processNice: Int32) throws {
-            let probe = try ExampleProcess("lull-priority-probe", ["\(processNice)"])
+        /// `chained`: each class's worker is created by a worker of the class below, whose
+        /// nice value it would inherit without the thread starter.
+        @Test(arguments: [Int32(0), 3], [false, true])
+        func workersOfAnUnprivilegedProcessKeepItsNiceValueFromDefaultUp(processNice: Int32, chained: Bool) throws {
+            let probe = try ExampleProcess("lull-priority-probe", ["\(processNice)"] + (chained ? ["chained"] : []))
             try #require(probe.waitForLine(containing: "ready") != nil, "the probe did not get ready: \(probe.text)")
             let workers = Self.threadNiceValues(of: probe.pid).filter { $0.name.hasPrefix("lull.") }
             for name in ["lull.background", "lull.utility", "lull.default", "lull.user-init", "lull.user-inter"] {

@@ -21,7 +21,8 @@ import Glibc
 /// What the kernel allows (`set_one_prio` and `can_nice`): a thread may always keep its nice
 /// value or raise it; lowering it (raising priority) needs `CAP_SYS_NICE`, or is allowed down
 /// to 20 - RLIMIT_NICE. A worker starts with the nice value of the thread that created it
-/// (the process's), so each class gets its value, but never below `lowestAllowedNice`:
+/// (the process's, or the thread starter's: see `ThreadStarter`), so each class gets its
+/// value, but never below `lowestAllowedNice`:
 /// without privilege, the classes from default up keep the process's nice value and the
 /// classes below it still get higher values. Lull says so once.
 enum ThreadPriority {

@@ -44,6 +44,9 @@ final class WorkerPool: Sendable {
     let longInlineNanoseconds: UInt64 = 1_000_000
 
     let classes: [ClassPool]
+    /// Creates workers for threads whose nice value is above theirs, in a process that cannot
+    /// lower nice values (nil where it can).
+    private let starter: ThreadStarter?
     private let totalThreads = Atomic<Int>(0)
     /// Who polls the reactor, or who has been asked to (see `PollerSlot`).
     let pollerSlot = PollerSlot()
@@ -59,6 +62,7 @@ final class WorkerPool: Sendable {
         cpuCount = max(1, online > 0 ? online : 1)
         threadCeiling = max(64, cpuCount * 16)
         classes = QoS.QoSClass.schedulable.map { ClassPool(qosClass: $0) }
+        starter = ThreadPriority.canRaise ? nil : ThreadStarter.make()
         lull_fork_guard_install()
     }
 
@@ -223,17 +227,14 @@ final class WorkerPool: Sendable {
     func startWorker(_ worker: Worker, wokenForWork: Bool) -> Bool {
         let pool = worker.pool
         worker.wokenForWork.store(wokenForWork, ordering: .relaxed)
-        var thread = pthread_t()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         let context = Unmanaged.passRetained(worker).toOpaque()
-        let result = lull_pthread_create(&thread, &attributes, { context in
-            let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
-            WorkerPool.shared.workerMain(worker)
-            return nil
-        }, context)
-        pthread_attr_destroy(&attributes)
+        let result: Int32
+        if let starter = starterFor(pool.qosClass) {
+            let bits = UInt(bitPattern: context)
+            result = starter.create { WorkerPool.spawnWorkerThread(UnsafeMutableRawPointer(bitPattern: bits)!) }
+        } else {
+            result = WorkerPool.spawnWorkerThread(context)
+        }
         guard result != 0 else {
             threadCreationFailures.store(0, ordering: .relaxed)
             return true
@@ -252,6 +253,32 @@ final class WorkerPool: Sendable {
         }
         noteSaturated()
         return false
+    }
+
+    /// `pthread_create` of a worker thread whose retained `Worker` is `context`: 0 or the
+    /// error number.
+    private static func spawnWorkerThread(_ context: UnsafeMutableRawPointer) -> Int32 {
+        var thread = pthread_t()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let result = lull_pthread_create(&thread, &attributes, { context in
+            let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
+            WorkerPool.shared.workerMain(worker)
+            return nil
+        }, context)
+        pthread_attr_destroy(&attributes)
+        return result
+    }
+
+    /// The starter, when the calling thread would hand a new worker of `qosClass` a nice
+    /// value above its class's (see `ThreadStarter`); nil: the caller creates it itself.
+    private func starterFor(_ qosClass: QoS.QoSClass) -> ThreadStarter? {
+        guard let starter else { return nil }
+        var current: Int32 = 0
+        guard lull_get_thread_nice(lull_gettid(), &current) == 0 else { return nil }
+        let wanted = ThreadPriority.allowedNiceValue(for: QoS(qosClass))
+        return current > wanted && current > starter.niceValue ? starter : nil
     }
 
     private enum Next {
