@@ -16,16 +16,22 @@ extension LullSuite {
         }
 
         @Test func anIdleTimerIsTwoSmallObjects() {
-            let timer = EventSource.makeTimerSource()
-            timer.setEventHandler {}
-            timer.schedule(deadline: .now() + .seconds(3600))
-            timer.activate()
-            defer { timer.cancel() }
-            #expect(Self.usableSize(timer) <= 24, "the timer's handle grew")
-            #expect(Self.usableSize(timer.core) <= 120, "the timer's core grew past a 128-byte malloc chunk")
+            // glibc may hand out a chunk a little larger than asked for (a free chunk whose
+            // remainder is too small to split off), so the size class shows in the smallest
+            // of a few allocations, not in any one of them.
+            let timers = (0..<8).map { _ in
+                let timer = EventSource.makeTimerSource()
+                timer.setEventHandler {}
+                timer.schedule(deadline: .now() + .seconds(3600))
+                timer.activate()
+                return timer
+            }
+            defer { timers.forEach { $0.cancel() } }
+            #expect(timers.map { Self.usableSize($0) }.min()! <= 24, "the timer's handle grew")
+            #expect(timers.map { Self.usableSize($0.core) }.min()! <= 120, "the timer's core grew past a 128-byte malloc chunk")
             // An event handler and a one-shot on the monotonic clock: nothing else was
             // allocated for the timer.
-            #expect(timer.core.withState { $0.extras } == nil)
+            #expect(timers.allSatisfy { $0.core.withState { $0.extras } == nil })
         }
 
         @Test func aCancelHandlerTakesOneSmallBox() throws {
