@@ -42,7 +42,12 @@ if geteuid() == 0 {
 
 let classes: [QoS.QoSClass] = [.background, .utility, .default, .userInitiated, .userInteractive]
 let reported = Atomic<Int>(0)
-let lines = Mutex<[String]>([])
+/// Writes `line` to standard output in one write(2): lines from several workers never mix,
+/// and no Swift state is shared between them.
+@Sendable func say(_ line: String) {
+    let text = line + "\n"
+    _ = text.withCString { write(STDOUT_FILENO, $0, strlen($0)) }
+}
 /// Runs the block of `classes[index]`, which starts the next class's first when chained.
 @Sendable func report(_ index: Int) {
     let qosClass = classes[index]
@@ -50,7 +55,7 @@ let lines = Mutex<[String]>([])
     queue.async {
         errno = 0
         let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
-        lines.withLock { $0.append("\(qosClass) \(nice)") }
+        say("\(qosClass) \(nice)")
         reported.add(1, ordering: .releasing)
         if chained && index + 1 < classes.count { report(index + 1) }
         // Stay on this worker until the process is killed.
@@ -63,7 +68,5 @@ if chained {
     for index in classes.indices { report(index) }
 }
 while reported.load(ordering: .acquiring) < classes.count { usleep(1_000) }
-for line in lines.withLock({ $0 }) { print(line) }
-print("ready")
-fflush(nil)
+say("ready")
 while true { pause() }
