@@ -52,6 +52,16 @@ func warmUpRuntime() {
     close(ends.write)
 }
 
+/// In a child process (exit test): a new temporary directory and a descriptor open on it;
+/// the child stops with a message when either cannot be had.
+func temporaryDirectoryOpenInChild() -> (FileSystemTestKit.TemporaryDirectory, Int32) {
+    let directory = try? FileSystemTestKit.TemporaryDirectory("fault")
+    childRequire(directory != nil, "mkdtemp failed")
+    let descriptor = open(directory!.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    childRequire(descriptor >= 0, "open: errno \(errno)")
+    return (directory!, descriptor)
+}
+
 /// A user signal the test process ignores (set once per process: a later `signal()` would
 /// replace Lull's forwarder), so that raising it is harmless.
 func ignoredSignal(_ signal: Int32) -> Int32 {
@@ -138,11 +148,8 @@ extension LullSuite {
         @Test func aRefusedEventAddCancelsSignalProcessAndFileSystemSourcesAndClosesTheirDescriptors() async {
             await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
-                let directory = try? FileSystemTestKit.TemporaryDirectory("fault")
-                childRequire(directory != nil, "mkdtemp failed")
-                defer { directory?.remove() }
-                let watched = open(directory!.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                childRequire(watched >= 0, "open: errno \(errno)")
+                let (directory, watched) = temporaryDirectoryOpenInChild()
+                defer { directory.remove() }
                 let before = FileSystemTestKit.openDescriptorCount()
                 let queue = WorkQueue(label: "lull.test.fault.event-add-kinds")
                 let signal = ignoredSignal(SIGUSR1)
@@ -239,11 +246,8 @@ extension LullSuite {
         @Test func aFailedInotifyInitCancelsTheFileSystemSourceWithTheErrno() async {
             await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
-                let directory = try? FileSystemTestKit.TemporaryDirectory("fault")
-                childRequire(directory != nil, "mkdtemp failed")
-                defer { directory?.remove() }
-                let watched = open(directory!.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                childRequire(watched >= 0, "open: errno \(errno)")
+                let (directory, watched) = temporaryDirectoryOpenInChild()
+                defer { directory.remove() }
                 let before = FileSystemTestKit.openDescriptorCount()
                 let queue = WorkQueue(label: "lull.test.fault.inotify-init")
                 let source = EventSource.makeFileSystemObjectSource(fileDescriptor: watched, eventMask: .all, queue: queue)
@@ -257,7 +261,7 @@ extension LullSuite {
                 // A source made from a path throws instead.
                 let thrown = withSyscallFault(.inotifyInit, errno: EMFILE) { () -> Int32? in
                     do {
-                        _ = try EventSource.makeFileSystemObjectSource(path: directory!.path, eventMask: .all, queue: queue)
+                        _ = try EventSource.makeFileSystemObjectSource(path: directory.path, eventMask: .all, queue: queue)
                         return nil
                     } catch {
                         return (error as? EventSourceError)?.code
