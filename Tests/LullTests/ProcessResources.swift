@@ -33,9 +33,13 @@ enum ProcessResources {
     }
 
     /// The inotify watches of every inotify instance of the process.
-    static var inotifyWatchCount: Int {
+    static var inotifyWatchCount: Int { inotifyWatches(of: openDescriptors()) }
+
+    /// The inotify watches of the inotify instances among `descriptors` (from
+    /// `openDescriptors()`).
+    static func inotifyWatches(of descriptors: [Int32: String]) -> Int {
         var count = 0
-        for (number, target) in openDescriptors() where target == "anon_inode:inotify" {
+        for (number, target) in descriptors where target == "anon_inode:inotify" {
             count += fdinfo(number).filter { $0.hasPrefix("inotify wd:") }.count
         }
         return count

@@ -1,5 +1,3 @@
-import Glibc
-
 /// What the process holds that a source can leak: its open descriptors by what they are
 /// (`/proc/self/fd`: pipe, socket, anon_inode:[pidfd], anon_inode:inotify, a file…) and
 /// its inotify watches (the `inotify wd:` lines of `/proc/self/fdinfo/<fd>` of every
@@ -9,19 +7,10 @@ struct ResourceCensus: Equatable, CustomStringConvertible {
     var inotifyWatches = 0
 
     static func take() -> ResourceCensus {
+        let open = ProcessResources.openDescriptors()
         var census = ResourceCensus()
-        guard let directory = opendir("/proc/self/fd") else { return census }
-        defer { closedir(directory) }
-        let own = dirfd(directory)
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard let number = Int32(name), number != own else { continue }
-            let target = linkTarget("/proc/self/fd/\(name)")
-            census.descriptors[category(of: target), default: 0] += 1
-            if target == "anon_inode:inotify" {
-                census.inotifyWatches += watchCount(fdinfo: "/proc/self/fdinfo/\(name)")
-            }
-        }
+        for target in open.values { census.descriptors[category(of: target), default: 0] += 1 }
+        census.inotifyWatches = ProcessResources.inotifyWatches(of: open)
         return census
     }
 
@@ -47,31 +36,5 @@ struct ResourceCensus: Equatable, CustomStringConvertible {
         if target.hasPrefix("anon_inode:") { return target }
         if target.hasPrefix("/") { return "file" }
         return String(target.prefix { $0 != ":" })
-    }
-
-    private static func linkTarget(_ path: String) -> String {
-        var buffer = [CChar](repeating: 0, count: 4_096)
-        let length = readlink(path, &buffer, buffer.count - 1)
-        guard length > 0 else { return "closed" }
-        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    private static func watchCount(fdinfo path: String) -> Int {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return 0 }
-        defer { close(descriptor) }
-        var text: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4_096)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count > 0 {
-                text += chunk[0..<count]
-            } else if count < 0 && errno == EINTR {
-                continue
-            } else {
-                break
-            }
-        }
-        return String(decoding: text, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("inotify wd:") }.count
     }
 }
