@@ -15,7 +15,7 @@ import Glibc
         defer { close(fds[0]); close(fds[1]) }
         let readEnd = fds[0]
         // More blocks than the class may run at once: each waits in read() until all have started.
-        let count = WorkerPool.shared.cpuCount * 3
+        let count = Runtime.shared.pool.cpuCount * 3
         let started = Atomic<Int>(0)
         let finished = Atomic<Int>(0)
         let queue = WorkQueue(label: "blocking", qos: .utility, attributes: .concurrent)
@@ -81,7 +81,7 @@ extension LullSuite {
                 _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, count) }
                 #expect(waitUntil { finished.value == count })
             }
-            #expect(waitUntil { started.value >= WorkerPool.shared.cpuCount }, "the blocks did not start")
+            #expect(waitUntil { started.value >= Runtime.shared.pool.cpuCount }, "the blocks did not start")
             // Later than the stall monitor's look (StallMonitor.interval), whose wake-up is
             // then already armed: this timer moves no deadline and asks for no poller itself.
             let fired = Flag()

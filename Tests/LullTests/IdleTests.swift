@@ -63,7 +63,7 @@ extension LullSuite {
                     exit(3)
                 }
 
-                let workers = WorkerPool.shared.workerThreadIDs().sorted()
+                let workers = Runtime.shared.pool.workerThreadIDs().sorted()
                 guard !workers.isEmpty else {
                     printToStandardError("idle test: no worker threads found")
                     exit(2)
@@ -73,7 +73,7 @@ extension LullSuite {
 
                 let before = workers.map { voluntaryContextSwitches(tid: $0) }
                 sleep(2)
-                let workersAfter = WorkerPool.shared.workerThreadIDs()
+                let workersAfter = Runtime.shared.pool.workerThreadIDs()
                 var total = 0
                 var report: [String] = []
                 for (tid, start) in zip(workers, before) {

@@ -10,12 +10,12 @@ extension LullSuite {
         /// Waits until nothing is registered with the reactor, nobody polls and the default
         /// class has an idle worker: the state in which a new interest claims that worker.
         static func quiescentWithAnIdleDefaultWorker() -> Bool {
-            let pool = WorkerPool.shared
+            let pool = Runtime.shared.pool
             let defaultPool = pool.classes[QoS.QoSClass.default.poolIndex]
             let ran = Flag()
             WorkQueue.global(qos: .default).async { ran.set() }
             return waitUntil {
-                ran.isSet && !Reactor.shared.needsPoller && pool.pollerIsVacant
+                ran.isSet && !Runtime.shared.reactor.needsPoller && pool.pollerIsVacant
                     && defaultPool.state.locked { !$0.idle.isEmpty && $0.running == 0 && $0.spinning == 0 }
             }
         }
@@ -31,7 +31,7 @@ extension LullSuite {
                     printToStandardError("the pool never became quiescent")
                     exit(2)
                 }
-                let defaultPool = WorkerPool.shared.classes[QoS.QoSClass.default.poolIndex]
+                let defaultPool = Runtime.shared.pool.classes[QoS.QoSClass.default.poolIndex]
                 let claimed = Flag()
                 let parkedAgain = Flag()
                 PoolTestHooks.claimedToPoll.locked { hook in
@@ -39,7 +39,7 @@ extension LullSuite {
                         guard !claimed.isSet else { return }
                         claimed.set()
                         // The interest that asked for the poller goes away again...
-                        Reactor.shared.removeInterest()
+                        Runtime.shared.reactor.removeInterest()
                         // ...and the claimed worker wakes before it is told why.
                         worker.parker.unpark()
                         if waitUntil(timeout: .seconds(5), {
@@ -49,7 +49,7 @@ extension LullSuite {
                         }
                     }
                 }
-                Reactor.shared.addInterest()
+                Runtime.shared.reactor.addInterest()
                 guard claimed.isSet, parkedAgain.isSet else {
                     printToStandardError("no idle worker was claimed to poll, or it did not park again")
                     exit(3)

@@ -38,18 +38,18 @@ extension LullSuite {
             leaderSource.activate()
             sources.append(leaderSource)
             #expect(write(trigger[1], "x", 1) == 1)
-            for _ in 0..<WorkerPool.shared.cpuCount {
+            for _ in 0..<Runtime.shared.pool.cpuCount {
                 WorkQueue.global().async { occupancy.occupy() }
             }
             // The handler and the blocks share the class's cpuCount threads (the handler's
             // poller counts as one of them once it runs it): which of them run first is
             // timing, and the rest wait queued, which is all this test needs.
-            try #require(waitUntil { occupancy.busy.load(ordering: .relaxed) >= WorkerPool.shared.cpuCount })
+            try #require(waitUntil { occupancy.busy.load(ordering: .relaxed) >= Runtime.shared.pool.cpuCount })
             // Queued behind them: a thread started for a poller must poll, not take these.
             for _ in 0..<8 {
                 WorkQueue.global().async { occupancy.occupy() }
             }
-            let threadsBefore = WorkerPool.shared.workerThreadIDs().count
+            let threadsBefore = Runtime.shared.pool.workerThreadIDs().count
 
             let queue = WorkQueue(label: "poller-requests", qos: .userInitiated)
             for _ in 0..<100 {
@@ -61,8 +61,8 @@ extension LullSuite {
                 source.activate()
                 sources.append(source)
             }
-            #expect(waitUntil { WorkerPool.shared.pollerSlot.isPolling }, "no worker polls")
-            let started = WorkerPool.shared.workerThreadIDs().count - threadsBefore
+            #expect(waitUntil { Runtime.shared.pool.pollerSlot.isPolling }, "no worker polls")
+            let started = Runtime.shared.pool.workerThreadIDs().count - threadsBefore
             #expect(started <= 3, "\(started) threads started for 100 registrations")
         }
     }

@@ -337,7 +337,7 @@ extension LullSuite {
                 childRequire(waitUntil { fired.isSet }, "the delayed block did not run")
                 childRequire(SyscallFault.hits(.timerfdCreate) == 1, "timerfd_create was not reached")
                 // With no timer left, nothing keeps a worker polling.
-                childRequire(waitUntil { !Reactor.shared.needsPoller }, "the reactor still counts a timer that fired")
+                childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
             }
             let message = standardErrorText(result)
             #expect(message.contains("timerfd_create failed"), "stderr: \(message)")
@@ -378,7 +378,7 @@ extension LullSuite {
                 }
                 childRequire(waitUntil { fired.value == 3 }, "\(fired.value) of 3 delayed blocks ran")
                 childRequire(SyscallFault.hits(.eventAdd) >= min(Int(failures), 2), "\(SyscallFault.hits(.eventAdd)) of \(failures) failures injected")
-                childRequire(waitUntil { !Reactor.shared.needsPoller }, "the reactor still counts a timer that fired")
+                childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
             }
             let message = standardErrorText(result)
             #expect(message.contains("event_add for the reactor"), "stderr: \(message)")

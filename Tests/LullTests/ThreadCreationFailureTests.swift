@@ -12,7 +12,7 @@ extension LullSuite {
             let ran = Flag()
             WorkQueue.global(qos: .default).async { ran.set() }
             try #require(waitUntil { ran.isSet })
-            let utility = WorkerPool.shared.classes[QoS.QoSClass.utility.poolIndex]
+            let utility = Runtime.shared.pool.classes[QoS.QoSClass.utility.poolIndex]
             // Every utility worker waits (a Lull wait, so the pool knows) for a block queued
             // behind them; their number is unknown, so more waiters than threads are queued.
             let threads = utility.state.locked { $0.threads }

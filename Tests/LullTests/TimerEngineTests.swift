@@ -109,20 +109,20 @@ extension LullSuite {
             let far = monotonicNanoseconds() + 600_000_000_000
             let probes = (0..<10).map { _ in TimerTestKit.Probe() }
             for (index, probe) in probes.enumerated() {
-                TimerEngine.shared.schedule(probe.entry, deadline: far + UInt64(index), leeway: 0)
+                Runtime.shared.timers.schedule(probe.entry, deadline: far + UInt64(index), leeway: 0)
             }
-            #expect(waitUntil { TimerEngine.shared.count == baseline + 10 })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline + 10 })
             // Rescheduling an entry replaces its window: still ten entries.
-            TimerEngine.shared.schedule(probes[0].entry, deadline: far + 100, leeway: 5_000_000)
-            TimerEngine.shared.schedule(probes[0].entry, deadline: far + 50, leeway: 0)
-            #expect(waitUntil { TimerEngine.shared.count == baseline + 10 })
+            Runtime.shared.timers.schedule(probes[0].entry, deadline: far + 100, leeway: 5_000_000)
+            Runtime.shared.timers.schedule(probes[0].entry, deadline: far + 50, leeway: 0)
+            #expect(waitUntil { Runtime.shared.timers.count == baseline + 10 })
             // Cancelling twice, or cancelling an entry never scheduled, is harmless.
-            TimerEngine.shared.cancel(probes[0].entry)
-            TimerEngine.shared.cancel(probes[0].entry)
-            TimerEngine.shared.cancel(CallbackEntry({}))
-            #expect(waitUntil { TimerEngine.shared.count == baseline + 9 })
+            Runtime.shared.timers.cancel(probes[0].entry)
+            Runtime.shared.timers.cancel(probes[0].entry)
+            Runtime.shared.timers.cancel(CallbackEntry({}))
+            #expect(waitUntil { Runtime.shared.timers.count == baseline + 9 })
             for probe in probes { probe.cancel() }
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(probes.allSatisfy { $0.fires.count == 0 })
         }
 
@@ -132,7 +132,7 @@ extension LullSuite {
             let leeway = UInt64(leewayMilliseconds) * 1_000_000
             let probe = TimerTestKit.Probe()
             let deadline = monotonicNanoseconds() + 30_000_000
-            TimerEngine.shared.schedule(probe.entry, deadline: deadline, leeway: leeway)
+            Runtime.shared.timers.schedule(probe.entry, deadline: deadline, leeway: leeway)
             #expect(waitUntil { probe.fires.count == 1 })
             #expect(keepsHolding(for: .milliseconds(150)) { probe.fires.count == 1 })
             if let fired = probe.fires.values.first {
@@ -140,15 +140,15 @@ extension LullSuite {
                 #expect(fired <= deadline + leeway + TimerTestKit.lateSlack,
                         "fired \(fired - deadline - leeway) ns after its window closed")
             }
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func cancelledEntryNeverFires() {
             let baseline = TimerTestKit.settledEngineCount()
             let probe = TimerTestKit.Probe()
-            TimerEngine.shared.schedule(probe.entry, deadline: monotonicNanoseconds() + 30_000_000, leeway: 0)
+            Runtime.shared.timers.schedule(probe.entry, deadline: monotonicNanoseconds() + 30_000_000, leeway: 0)
             probe.cancel()
-            #expect(TimerEngine.shared.count <= baseline)
+            #expect(Runtime.shared.timers.count <= baseline)
             #expect(keepsHolding(for: .milliseconds(150)) { probe.fires.count == 0 })
         }
 
@@ -162,7 +162,7 @@ extension LullSuite {
                 let deadline = base + UInt64((11 - index) % 4) * 1_000
                 deadlines.append(deadline)
                 let entry = CallbackEntry({ log.append(index) })
-                TimerEngine.shared.schedule(entry, deadline: deadline, leeway: 10_000_000)
+                Runtime.shared.timers.schedule(entry, deadline: deadline, leeway: 10_000_000)
             }
             #expect(waitUntil { log.count == 12 })
             let expected = (0..<12).sorted { (deadlines[$0], $0) < (deadlines[$1], $1) }
@@ -179,18 +179,18 @@ extension LullSuite {
                 guard times.count < 5, let entry = holder.value else { return }
                 let next = monotonicNanoseconds() + 5_000_000
                 deadlines.append(next)
-                TimerEngine.shared.schedule(entry, deadline: next, leeway: 0)
+                Runtime.shared.timers.schedule(entry, deadline: next, leeway: 0)
             }
             holder.set(entry)
             let first = monotonicNanoseconds() + 5_000_000
             deadlines.append(first)
-            TimerEngine.shared.schedule(entry, deadline: first, leeway: 0)
+            Runtime.shared.timers.schedule(entry, deadline: first, leeway: 0)
             #expect(waitUntil { times.count == 5 })
             #expect(keepsHolding(for: .milliseconds(100)) { times.count == 5 })
             for (time, deadline) in zip(times.values, deadlines.values) {
                 #expect(time >= deadline, "fired \(deadline - time) ns early")
             }
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         // MARK: Coalescing
@@ -215,7 +215,7 @@ extension LullSuite {
             let deadlines = offsets.map { base + $0 }
             for index in 0..<count {
                 let entry = CallbackEntry({ log.append(Fire(index: index, time: monotonicNanoseconds())) })
-                TimerEngine.shared.schedule(entry, deadline: deadlines[index], leeway: leeways[index])
+                Runtime.shared.timers.schedule(entry, deadline: deadlines[index], leeway: leeways[index])
             }
             let scheduled = monotonicNanoseconds()
             try #require(scheduled < base + 50_000_000, "scheduling took longer than the earliest deadline")
@@ -307,21 +307,21 @@ extension LullSuite {
             let closed = TimerTestKit.Probe(deadline: monotonicNanoseconds() + 60_000_000_000, leeway: 0)
             open.schedule()
             closed.schedule()
-            TimerEngine.shared.fireIfDue()
-            TimerEngine.shared.fire()
+            Runtime.shared.timers.fireIfDue()
+            Runtime.shared.timers.fire()
             if monotonicNanoseconds() < open.deadline {
                 #expect(open.fires.count == 0, "fired before its deadline")
             }
             TimerTestKit.sleep(until: open.deadline + 1_000_000)
             // Its window is open (and stays open for a minute): the engine itself would wait,
             // but any wake-up fires it.
-            TimerEngine.shared.fireIfDue()
+            Runtime.shared.timers.fireIfDue()
             #expect(waitUntil { open.fires.count == 1 })
             if let fired = open.fires.values.first { #expect(fired >= open.deadline) }
             #expect(closed.fires.count == 0)
-            #expect(waitUntil { TimerEngine.shared.count == baseline + 1 })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline + 1 })
             closed.cancel()
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         // MARK: Wall clock
@@ -335,9 +335,9 @@ extension LullSuite {
             let wallDeadline = realtimeNanoseconds() + 80_000_000
             let firedAtWall = Recorder<UInt64>()
             let entry = CallbackEntry({ firedAtWall.append(realtimeNanoseconds()) })
-            TimerEngine.shared.schedule(entry, deadline: monotonicDeadline(forWall: wallDeadline), leeway: 0,
+            Runtime.shared.timers.schedule(entry, deadline: monotonicDeadline(forWall: wallDeadline), leeway: 0,
                                         wallDeadline: wallDeadline)
-            for _ in 0..<3 { TimerEngine.shared.clockMayHaveChanged() }
+            for _ in 0..<3 { Runtime.shared.timers.wallClockChanged() }
             if realtimeNanoseconds() < wallDeadline {
                 #expect(firedAtWall.count == 0)
             }
@@ -346,8 +346,8 @@ extension LullSuite {
             if let fired = firedAtWall.values.first {
                 #expect(fired >= wallDeadline, "fired \(wallDeadline - fired) ns before its wall deadline")
             }
-            TimerEngine.shared.clockMayHaveChanged()
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            Runtime.shared.timers.wallClockChanged()
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func wallDeadlinesConvertToTheMonotonicClockWithoutOverflow() {
@@ -400,10 +400,10 @@ extension LullSuite {
                 queue.asyncAfter(deadline: start + .milliseconds(20)) { ranB.set(monotonicNanoseconds()) }
                 let t = start.uptimeNanoseconds
                 let open = TimerTestKit.sample(at: t + 25_000_000, validUntil: t + 29_000_000) {
-                    TimerEngine.shared.count == baseline + 2
+                    Runtime.shared.timers.count == baseline + 2
                 }
                 let closed = TimerTestKit.sample(at: t + 45_000_000, validUntil: t + 51_000_000) {
-                    TimerEngine.shared.count == baseline
+                    Runtime.shared.timers.count == baseline
                 }
                 #expect(waitUntil { ranA.value != nil && ranB.value != nil })
                 if let a = ranA.value { #expect(a >= t) }
@@ -420,8 +420,8 @@ extension LullSuite {
             WorkQueue.global().asyncAfter(deadline: .distantFuture) { ran.set() }
             WorkQueue.global().asyncAfter(wallDeadline: .distantFuture) { ran.set() }
             WorkQueue.global().asyncAfter(deadline: .now() + .seconds(Int64.max)) { ran.set() }
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
-            #expect(keepsHolding(for: .milliseconds(150)) { !ran.isSet && TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
+            #expect(keepsHolding(for: .milliseconds(150)) { !ran.isSet && Runtime.shared.timers.count == baseline })
         }
 
         @Test func asyncAfterLeavesTheEngineOnceItRan() {
@@ -430,10 +430,10 @@ extension LullSuite {
             let deadline = Deadline.now() + .milliseconds(60)
             WorkQueue(label: "lull.test.timer.after-entry").asyncAfter(deadline: deadline) { ranAt.set(monotonicNanoseconds()) }
             if monotonicNanoseconds() < deadline.uptimeNanoseconds {
-                #expect(TimerEngine.shared.count >= baseline + 1)
+                #expect(Runtime.shared.timers.count >= baseline + 1)
             }
             #expect(ranAt.await().map { $0 >= deadline.uptimeNanoseconds } == true)
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
     }
 }
@@ -478,11 +478,11 @@ enum TimerTestKit {
         }
 
         func schedule() {
-            TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway)
+            Runtime.shared.timers.schedule(entry, deadline: deadline, leeway: leeway)
         }
 
         func cancel() {
-            TimerEngine.shared.cancel(entry)
+            Runtime.shared.timers.cancel(entry)
         }
     }
 
@@ -508,10 +508,10 @@ enum TimerTestKit {
     /// The engine's entry count once it holds still (an earlier test's timers may still be
     /// leaving): two equal readings 20 ms apart.
     static func settledEngineCount() -> Int {
-        var last = TimerEngine.shared.count
+        var last = Runtime.shared.timers.count
         for _ in 0..<100 {
             usleep(20_000)
-            let now = TimerEngine.shared.count
+            let now = Runtime.shared.timers.count
             if now == last { return now }
             last = now
         }

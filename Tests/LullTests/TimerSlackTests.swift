@@ -160,7 +160,7 @@ extension LullSuite {
             if Self.canReadOtherThreadsSlack {
                 var seen: Int = 0
                 let slept = waitUntil {
-                    let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
+                    let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .acquiring)
                     guard poller != 0, let slack = Self.timerSlack(ofThread: poller) else { return false }
                     seen = slack
                     return slack > defaultSlack
@@ -186,7 +186,7 @@ extension LullSuite {
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
             #expect(waitUntil { warmed.isSet })
             func pollerSlack() -> Int? {
-                let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
+                let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .acquiring)
                 return poller == 0 ? nil : Self.timerSlack(ofThread: poller)
             }
             func timer(_ flags: TimerFlags = [], in delay: Duration, leeway: Duration) -> TimerSource {

@@ -28,7 +28,7 @@ extension LullSuite {
             #expect(first.data == 1)
             // Idle: no second fire, nothing left in the engine, not cancelled.
             #expect(keepsHolding(for: .milliseconds(300)) { log.count == 1 })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(!timer.isCancelled)
             // Rescheduled, it fires once more.
             let again = Deadline.now() + .milliseconds(20)
@@ -39,7 +39,7 @@ extension LullSuite {
             #expect(second.data == 1)
             #expect(keepsHolding(for: .milliseconds(150)) { log.count == 2 })
             #expect(TimerTestKit.cancel(timer))
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func reschedulingReplacesAFarDeadlineWithANearOne() throws {
@@ -48,18 +48,18 @@ extension LullSuite {
             let timer = TimerTestKit.makeTimer("lull.test.timer.far-near", log: log)
             timer.schedule(deadline: .now() + .seconds(60))
             timer.activate()
-            #expect(waitUntil { TimerEngine.shared.count == baseline + 1 })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline + 1 })
             let near = Deadline.now() + .milliseconds(40)
             timer.schedule(deadline: near)
             // Replaced, not added.
-            #expect(TimerEngine.shared.count <= baseline + 1)
+            #expect(Runtime.shared.timers.count <= baseline + 1)
             #expect(waitUntil { log.count == 1 })
             let fire = try #require(log.values.first)
             #expect(fire.time >= near.uptimeNanoseconds)
             #expect(fire.data == 1)
             #expect(keepsHolding(for: .milliseconds(300)) { log.count == 1 })
             // The far schedule is gone with it.
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
         }
 
@@ -75,7 +75,7 @@ extension LullSuite {
                 // Replaced before it was due: the near deadline passes without a fire.
                 TimerTestKit.sleep(until: near.uptimeNanoseconds)
                 #expect(keepsHolding(for: .milliseconds(200)) { log.count == 0 })
-                #expect(TimerEngine.shared.count == baseline + 1)
+                #expect(Runtime.shared.timers.count == baseline + 1)
             }
             // Still alive: a new schedule fires.
             let again = Deadline.now() + .milliseconds(10)
@@ -84,7 +84,7 @@ extension LullSuite {
             let fire = try #require(log.values.last)
             #expect(fire.time >= again.uptimeNanoseconds)
             #expect(TimerTestKit.cancel(timer))
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func reschedulingFromInsideTheHandler() {
@@ -162,14 +162,14 @@ extension LullSuite {
                 let repeating: Duration? = random.next() % 2 == 0 ? nil : .milliseconds(Int64.random(in: 1...50, using: &random))
                 timer.schedule(deadline: .now() + .milliseconds(offset), repeating: repeating)
             }
-            #expect(TimerEngine.shared.count == baseline + 1)
+            #expect(Runtime.shared.timers.count == baseline + 1)
             let last = Deadline.now() + .milliseconds(20)
             timer.schedule(deadline: last)
             #expect(waitUntil { log.count == 1 })
             let call = try #require(log.values.first)
             #expect(call.time >= last.uptimeNanoseconds)
             #expect(keepsHolding(for: .milliseconds(200)) { log.count == 1 })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
         }
 
@@ -188,12 +188,12 @@ extension LullSuite {
                                    leeway: .microseconds(Int64.random(in: 0...500, using: &random)))
                 }
             }
-            #expect(TimerEngine.shared.count <= baseline + 1)
+            #expect(Runtime.shared.timers.count <= baseline + 1)
             #expect(!log.values.contains { $0.data == 0 })
             timer.schedule(deadline: .distantFuture)
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func maskReportsTheFlagsAndHandleIsZero() {
@@ -223,13 +223,13 @@ extension LullSuite {
             // It fires while the source is suspended: the engine lets go of it and the fire
             // waits in the source.
             TimerTestKit.sleep(until: deadline.uptimeNanoseconds)
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             timer.schedule(deadline: .now() + .seconds(60))
             timer.resume()
             #expect(keepsHolding(for: .milliseconds(300)) { log.count == 0 },
                     "a fire of the replaced schedule was delivered after the reschedule: \(log.values.map(\.data))")
             #expect(TimerTestKit.cancel(timer))
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         /// The same rule under a stream of fires: a suspended timer fires every 50 µs; each
@@ -387,7 +387,7 @@ extension LullSuite {
             timer.activate()
             #expect(waitUntil { log.count >= 3 })
             let stall = CallbackEntry({ usleep(60_000) })
-            TimerEngine.shared.schedule(stall, deadline: monotonicNanoseconds() + 2_000_000, leeway: 0)
+            Runtime.shared.timers.schedule(stall, deadline: monotonicNanoseconds() + 2_000_000, leeway: 0)
             let callsBefore = log.count
             #expect(waitUntil { log.count >= callsBefore + 10 })
             #expect(TimerTestKit.cancel(timer))
@@ -460,10 +460,10 @@ extension LullSuite {
                                    leeway: .milliseconds(Int64(window.leeway)))
                 }
                 let waiting = TimerTestKit.sample(at: start + 70_000_000, validUntil: start + 95_000_000) {
-                    TimerEngine.shared.count == baseline + 3
+                    Runtime.shared.timers.count == baseline + 3
                 }
                 let fired = TimerTestKit.sample(at: start + 125_000_000, validUntil: start + 155_000_000) {
-                    TimerEngine.shared.count == baseline
+                    Runtime.shared.timers.count == baseline
                 }
                 #expect(waitUntil { zip(logs, before).allSatisfy { $0.count == $1 + 1 } })
                 for (log, deadline) in zip(logs, deadlines) {
@@ -550,11 +550,11 @@ extension LullSuite {
                 var waiting: Bool? = true
                 if let open = testCase.openAt {
                     waiting = TimerTestKit.sample(at: deadline + open.at, validUntil: deadline + open.validUntil) {
-                        TimerEngine.shared.count == baseline + 1 && log.count == before
+                        Runtime.shared.timers.count == baseline + 1 && log.count == before
                     }
                 }
                 let fired = TimerTestKit.sample(at: deadline + testCase.firedBy.at, validUntil: deadline + testCase.firedBy.validUntil) {
-                    TimerEngine.shared.count == baseline
+                    Runtime.shared.timers.count == baseline
                 }
                 #expect(waitUntil { log.count == before + 1 })
                 if let call = log.values.last { #expect(call.time >= deadline, "fired \(deadline - call.time) ns early") }
@@ -580,7 +580,7 @@ extension LullSuite {
                 timer.schedule(deadline: Deadline(uptimeNanoseconds: deadline),
                                repeating: testCase.repeating ? .milliseconds(300) : nil, leeway: .milliseconds(150))
                 let waiting = TimerTestKit.sample(at: deadline + 100_000_000, validUntil: deadline + 140_000_000) {
-                    TimerEngine.shared.count == baseline + 1 && log.count == before
+                    Runtime.shared.timers.count == baseline + 1 && log.count == before
                 }
                 #expect(waitUntil { log.count > before })
                 if let call = log.values.dropFirst(before).first {
@@ -611,7 +611,7 @@ extension LullSuite {
                     "fired \(deadline.nanosecondsSinceEpoch - call.wallTime) ns before its wall deadline")
             #expect(call.data == 1)
             #expect(keepsHolding(for: .milliseconds(150)) { log.count == 1 })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
         }
 
@@ -636,7 +636,7 @@ extension LullSuite {
             let deadline = WallDeadline.now() + .milliseconds(80)
             timer.schedule(wallDeadline: deadline)
             timer.activate()
-            TimerEngine.shared.clockMayHaveChanged()
+            Runtime.shared.timers.wallClockChanged()
             #expect(waitUntil { log.count == 1 })
             let call = try #require(log.values.first)
             #expect(call.wallTime >= deadline.nanosecondsSinceEpoch)
@@ -705,8 +705,8 @@ extension LullSuite {
             case .wallOneShot: timer.schedule(wallDeadline: .distantFuture)
             case .wallRepeating: timer.schedule(wallDeadline: .distantFuture, repeating: .milliseconds(1))
             }
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
-            #expect(keepsHolding(for: .milliseconds(200)) { log.count == 0 && TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
+            #expect(keepsHolding(for: .milliseconds(200)) { log.count == 0 && Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
         }
 
@@ -723,7 +723,7 @@ extension LullSuite {
             #expect(call.time >= deadline.uptimeNanoseconds)
             #expect(call.data == 1)
             #expect(keepsHolding(for: .milliseconds(200)) { log.count == 1 })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
         }
 
@@ -779,7 +779,7 @@ extension LullSuite {
                 for interval in intervals {
                     for leeway in leeways {
                         timer.schedule(deadline: end, repeating: interval, leeway: leeway)
-                        #expect(TimerEngine.shared.count <= baseline + 1)
+                        #expect(Runtime.shared.timers.count <= baseline + 1)
                     }
                 }
             }
@@ -793,9 +793,9 @@ extension LullSuite {
             let call = try #require(log.values.first)
             #expect(call.data == 1)
             #expect(keepsHolding(for: .milliseconds(100)) { log.count == 1 })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             #expect(TimerTestKit.cancel(timer))
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func scheduleAfterCancelDoesNothing() {
@@ -806,7 +806,7 @@ extension LullSuite {
             #expect(TimerTestKit.cancel(timer))
             timer.schedule(deadline: .now())
             timer.schedule(deadline: .now() + .milliseconds(5), repeating: .milliseconds(5))
-            #expect(keepsHolding(for: .milliseconds(150)) { log.count == 0 && TimerEngine.shared.count == baseline })
+            #expect(keepsHolding(for: .milliseconds(150)) { log.count == 0 && Runtime.shared.timers.count == baseline })
         }
 
         // MARK: Cancel
@@ -832,7 +832,7 @@ extension LullSuite {
             let total = fires.value
             #expect(keepsHolding(for: .milliseconds(150)) { fires.value == total })
             #expect(afterCancel.value == 0, "an event handler ran after the cancel handler")
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
         @Test func cancelBeforeActivationNeverFires() {
@@ -846,7 +846,7 @@ extension LullSuite {
             timer.cancel()
             timer.activate()
             #expect(waitUntil { cancelled.isSet })
-            #expect(keepsHolding(for: .milliseconds(100)) { fires.value == 0 && TimerEngine.shared.count == baseline })
+            #expect(keepsHolding(for: .milliseconds(100)) { fires.value == 0 && Runtime.shared.timers.count == baseline })
         }
 
         @Test func releasedTimerIsCancelledAndLeavesTheEngine() {
@@ -862,7 +862,7 @@ extension LullSuite {
                 #expect(waitUntil { fires.value >= 3 })
             }
             #expect(waitUntil { cancelled.isSet })
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             let total = fires.value
             #expect(keepsHolding(for: .milliseconds(100)) { fires.value == total })
         }
@@ -903,7 +903,7 @@ extension LullSuite {
             }
             #expect(early.isEmpty, "timers that fired before their deadline: \(early)")
             #expect(late.isEmpty, "timers that fired long after their window: \(late)")
-            #expect(waitUntil { TimerEngine.shared.count == baseline })
+            #expect(waitUntil { Runtime.shared.timers.count == baseline })
             for timer in timers { #expect(TimerTestKit.cancel(timer)) }
         }
     }

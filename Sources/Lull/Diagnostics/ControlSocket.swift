@@ -139,7 +139,7 @@ final class ControlConnection: ReactorEventHandler {
     static func serve(_ descriptor: Int32) {
         let connection = ControlConnection(descriptor: descriptor)
         do throws(ReactorError) {
-            let registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false, handler: connection)
+            let registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, handler: connection)
             connection.state.locked { $0.registration = registration }
             // Edge-triggered: a request that arrived before the registration is read now.
             connection.reactorEvent(readable: true, writable: false)

@@ -58,7 +58,7 @@ enum Diagnostics {
     @inline(__always)
     static func reactorWillChange() {
         guard isOn else { return }
-        let poller = WorkerPool.shared.pollerThreadID.load(ordering: .relaxed)
+        let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .relaxed)
         if poller != 0 && poller != lull_gettid() { recorder.crossThreadNotification() }
     }
 

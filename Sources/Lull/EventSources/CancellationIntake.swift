@@ -223,7 +223,7 @@ final class CancellationIntake: Sendable {
         guard !checkArmed.load(ordering: .sequentiallyConsistent),
               !checkArmed.exchange(true, ordering: .sequentiallyConsistent) else { return }
         completedAtArm.store(completed.load(ordering: .acquiring), ordering: .relaxed)
-        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + CancellationIntake.rescueInterval) {
+        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + CancellationIntake.rescueInterval, on: Runtime.shared.timers) {
             [self] in checkForStuckSteps()
         }
     }

@@ -133,10 +133,10 @@ final class DescriptorMux: Sendable {
             guard !state.closed else { return false }
             assert(state.predecessor == nil, "descriptor \(descriptor): attached before its predecessor was retired")
             if state[writing: writing].event == nil {
-                state[writing: writing].event = EventHandle(pointer: try Reactor.shared.addEvent(
+                state[writing: writing].event = EventHandle(pointer: try Runtime.shared.reactor.addEvent(
                     descriptor: descriptor, forWriting: writing, oneShot: false,
                     callback: muxEventCallback, context: context))
-                Reactor.shared.addInterest()
+                Runtime.shared.reactor.addInterest()
             }
             state[writing: writing].add(Attached(driver: driver, core: core))
             return true
@@ -157,8 +157,8 @@ final class DescriptorMux: Sendable {
         }
         if let unused {
             // Uncounted first: the interest never counts an event libevent no longer has.
-            Reactor.shared.removeInterest()
-            Reactor.shared.removeEvent(unused.pointer)
+            Runtime.shared.reactor.removeInterest()
+            Runtime.shared.reactor.removeEvent(unused.pointer)
         }
         return empty
     }
@@ -186,8 +186,8 @@ final class DescriptorMux: Sendable {
             return sources
         }
         for event in events {
-            Reactor.shared.removeInterest()
-            Reactor.shared.removeEvent(event.pointer)
+            Runtime.shared.reactor.removeInterest()
+            Runtime.shared.reactor.removeEvent(event.pointer)
         }
         return sources
     }

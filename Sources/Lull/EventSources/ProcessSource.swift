@@ -71,7 +71,7 @@ final class ProcessDriver: SourceDriver {
             return nil
         }
         do throws(ReactorError) {
-            let registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false, oneShot: true,
+            let registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, oneShot: true,
                                                            handler: ExitForwarder(core: core))
             watch.locked { $0 = (descriptor, registration) }
             return nil

@@ -113,7 +113,7 @@ final class SignalHub: ReactorEventHandler {
                 let descriptor = lull_eventfd()
                 guard descriptor >= 0 else { return EventSourceError(subject: subject, code: -descriptor) }
                 do throws(ReactorError) {
-                    state.registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false, handler: self)
+                    state.registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, handler: self)
                 } catch {
                     close(descriptor)
                     return EventSourceError(subject: subject, code: error.errno)

@@ -176,7 +176,7 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             } else if start == .max {
                 disarm()  // distantFuture: never fires
             } else {
-                TimerEngine.shared.schedule(self, deadline: start, leeway: leeway)
+                Runtime.shared.timers.schedule(self, deadline: start, leeway: leeway)
             }
         }
     }
@@ -206,13 +206,13 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             disarm()
             return
         }
-        TimerEngine.shared.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
+        Runtime.shared.timers.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
     }
 
     /// Out of the engine, and no scheduling of it counts any more (a fire of one that is
     /// on its way finds sequence 0). Safe to write once the engine let go of the entry.
     private func disarm() {
-        TimerEngine.shared.cancel(self)
+        Runtime.shared.timers.cancel(self)
         sequence = 0
     }
 

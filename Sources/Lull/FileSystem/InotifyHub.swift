@@ -581,12 +581,12 @@ final class InotifyInstance: Sendable {
     }
 
     func register(hub: InotifyHub) throws(ReactorError) {
-        let events = try Reactor.shared.register(descriptor: descriptor, forWriting: false,
+        let events = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false,
                                                  handler: InotifyReadable(hub: hub))
         registrations.locked { $0.append(events) }
         guard mountTable >= 0 else { return }
         do throws(ReactorError) {
-            let mounts = try Reactor.shared.register(descriptor: mountTable, forWriting: false,
+            let mounts = try Runtime.shared.reactor.register(descriptor: mountTable, forWriting: false,
                                                      handler: MountTableChanged(hub: hub, instance: self))
             registrations.locked { $0.append(mounts) }
         } catch {

@@ -39,7 +39,7 @@ struct CompletionWaiters: Sendable {
                      unregister: (Parker) -> Bool) -> WaitResult {
         let parker = Parker()
         if register(parker) { return .success }
-        if WorkerPool.shared.blocking({ parker.park(until: timeout) }) { return .success }
+        if WorkerPool.blocking({ parker.park(until: timeout) }) { return .success }
         return unregister(parker) ? .timedOut : .success
     }
 }

@@ -2,11 +2,11 @@ import Synchronization
 
 extension WorkQueue {
     /// Runs `execute(0) ... execute(iterations - 1)` in parallel on the calling thread and
-    /// the worker pool of the caller's QoS; returns when every iteration has returned.
+    /// `pool`, at the caller's QoS; returns when every iteration has returned.
     ///
     /// The caller takes part, so nothing deadlocks when the pool is busy: helpers that have
     /// not started by the time the iterations run out simply do nothing.
-    public static func concurrentPerform(iterations: Int, execute work: (Int) -> Void) {
+    static func concurrentPerform(iterations: Int, on pool: WorkerPool, execute work: (Int) -> Void) {
         guard iterations > 0 else { return }
         guard iterations > 1 else {
             work(0)
@@ -16,9 +16,9 @@ extension WorkQueue {
             let shared = ConcurrentPerformState(iterations: iterations, work: escapable)
             let thread = ThreadState.current
             let qos = QoSResolution.inferred(from: thread.ownQoS)
-            let helpers = min(WorkerPool.shared.cpuCount, iterations) - 1
+            let helpers = min(pool.cpuCount, iterations) - 1
             for _ in 0..<helpers {
-                WorkerPool.shared.submit(Job(work: .block({ shared.help() }), qos: qos, flags: [],
+                pool.submit(Job(work: .block({ shared.help() }), qos: qos, flags: [],
                                              context: thread.currentContext, group: nil))
             }
             shared.help()
@@ -83,7 +83,7 @@ private final class ConcurrentPerformState: @unchecked Sendable {
     func closeAndWait() {
         let before = participants.bitwiseOr(ConcurrentPerformState.closedBit, ordering: .acquiringAndReleasing).oldValue
         if before & ~ConcurrentPerformState.closedBit != 0 {
-            WorkerPool.shared.blocking { allLeft.park() }
+            WorkerPool.blocking { allLeft.park() }
         }
         work = nil
     }

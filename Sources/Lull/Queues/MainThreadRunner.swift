@@ -2,7 +2,6 @@ import Synchronization
 
 /// Runs the main queue's drains on the thread inside `WorkQueue.runMain()`.
 final class MainThreadRunner: Sendable {
-    static let shared = MainThreadRunner()
 
     private let jobs = SpinFutexLock<Fifo<Job>>(Fifo())
     private let parker = Parker()

@@ -159,7 +159,7 @@ extension WorkQueue {
                 if case .syncWaiter(let waiter) = job.work {
                     if nested {
                         waiter.grant(drainerWaits: true)
-                        WorkerPool.shared.blocking { waiter.awaitFinish() }
+                        WorkerPool.blocking { waiter.awaitFinish() }
                         finished += 1
                     } else {
                         // The caller runs on its own thread and settles its own accounting.
@@ -284,7 +284,7 @@ struct SerialDrainCursor {
             if nested {
                 // The targets this drain holds must stay held while the caller runs.
                 waiter.grant(drainerWaits: true)
-                WorkerPool.shared.blocking { waiter.awaitFinish() }
+                WorkerPool.blocking { waiter.awaitFinish() }
             } else {
                 handedOff = waiter
                 stopped = true

@@ -173,7 +173,7 @@ extension WorkQueue {
             let box = SyncBodyBox(escapable)
             let done = Parker()
             enqueue(Job(work: .block({ box.run(); done.unpark() }), qos: qos, flags: [], context: context, group: nil))
-            WorkerPool.shared.blocking { done.park() }
+            WorkerPool.blocking { done.park() }
             return box.outcome!
         }
         switch outcome {

@@ -24,7 +24,7 @@ final class SyncWaiter: Sendable {
     }
 
     func awaitGrant() {
-        WorkerPool.shared.blocking { granted.park() }
+        WorkerPool.blocking { granted.park() }
     }
 
     /// True when a drain thread waits for this caller (and so keeps the accounting).

@@ -34,6 +34,9 @@ public final class WorkQueue: Sendable {
     /// The QoS given at creation (`unspecified`: the queue takes its hierarchy's).
     public let qos: QoS
     let kind: Kind
+    /// Where a root queue's jobs go (the worker pool, or the main thread's runner); nil for
+    /// the others, which drain through their target.
+    let rootExecutor: (any RootExecutor)?
     /// A root queue (a global queue or the main thread's): a static that lives as long as
     /// the process, so that what points at it need not count (see `SourceCore.target`).
     var livesForever: Bool {
@@ -51,30 +54,27 @@ public final class WorkQueue: Sendable {
     /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
     let barrierAwaitsForwarded = Atomic<Bool>(false)
 
-    /// A serial queue (or with `.concurrent`, a concurrent one) that drains through `target`
-    /// (nil: the global queue of `qos`'s class, the default one for `unspecified`).
-    public init(label: String, qos: QoS = .unspecified, attributes: Attributes = [], target: WorkQueue? = nil) {
+    /// A serial queue (or with `.concurrent`, a concurrent one) that drains through
+    /// `resolvedTarget` (the public initializer picks the process runtime's global queue
+    /// when it is given none).
+    init(label: String, qos: QoS, attributes: Attributes, resolvedTarget: WorkQueue) {
         self.label = label
         self.qos = qos
         self.kind = attributes.contains(.concurrent) ? .concurrent : .serial
-        let resolvedTarget = target ?? WorkQueue.defaultTarget(for: qos)
+        rootExecutor = nil
         let inactive = attributes.contains(.initiallyInactive)
         state = SpinFutexLock(QueueState(target: resolvedTarget, isInactive: inactive,
                                  floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
 
-    init(rootLabel: String, kind: Kind, qos: QoS) {
+    /// A root queue whose jobs go to `executor`.
+    init(rootLabel: String, kind: Kind, qos: QoS, executor: any RootExecutor) {
         self.label = rootLabel
         self.qos = qos
         self.kind = kind
+        rootExecutor = executor
         state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
-    }
-
-    /// A plain queue targets the default global queue; a queue with a QoS targets the
-    /// global queue of its class.
-    static func defaultTarget(for qos: QoS) -> WorkQueue {
-        global(qos: qos.qosClass)
     }
 
     /// Rule 1 of QoS resolution: the queue's own QoS, else a global target's unless it is
@@ -88,28 +88,6 @@ public final class WorkQueue: Sendable {
         case .mainThread: return .unspecified
         case .serial, .concurrent: return target.state.locked { $0.floor }
         }
-    }
-
-    // MARK: Global and main queues
-
-    private static let roots: [WorkQueue] = QoS.QoSClass.schedulable.map { qosClass in
-        WorkQueue(rootLabel: "lull.global.\(qosClass.name)", kind: .root(qosClass), qos: QoS(qosClass))
-    }
-
-    /// The concurrent global queue of a QoS class (`unspecified` gives the default one).
-    public static func global(qos: QoS.QoSClass = .default) -> WorkQueue {
-        roots[qos.poolIndex]
-    }
-
-    private static let mainThreadRoot = WorkQueue(rootLabel: "lull.main-thread", kind: .mainThread, qos: .userInteractive)
-    private static let mainQueue = WorkQueue(label: "lull.main", qos: .unspecified, target: mainThreadRoot)
-
-    /// The serial queue drained by the thread that calls `runMain()`.
-    public static var main: WorkQueue { mainQueue }
-
-    /// Drains the main queue on the calling thread forever. Call it once, from any thread.
-    public static func runMain() -> Never {
-        MainThreadRunner.shared.run()
     }
 
     var isGlobal: Bool {
@@ -135,35 +113,6 @@ public final class WorkQueue: Sendable {
         enqueue(makeJob(for: workItem))
     }
 
-    /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
-    /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
-    /// execution context; to carry the current one, submit a `WorkItem` made with
-    /// `.assignCurrentContext`. `file` and `line` name its timer in wake-up diagnostics.
-    public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void,
-                           file: StaticString = #fileID, line: UInt = #line) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
-                             site: TimerSite(file: file, line: line))
-    }
-
-    /// Submits `work` to run once the wall clock reaches `wallDeadline` (it follows changes
-    /// of the system date), within a leeway of 10% of the delay. `file` and `line` name its
-    /// timer in wake-up diagnostics.
-    public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
-                           execute work: @escaping @Sendable () -> Void,
-                           file: StaticString = #fileID, line: UInt = #line) {
-        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline,
-                             site: TimerSite(file: file, line: line))
-    }
-
-    /// Submits `workItem` to run once `deadline` (monotonic clock) has passed, within a
-    /// leeway of 10% of the delay. `file` and `line` name its timer in wake-up diagnostics.
-    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem,
-                           file: StaticString = #fileID, line: UInt = #line) {
-        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline,
-                             site: TimerSite(file: file, line: line))
-    }
-
     /// A job for a block submitted now by the calling thread (its context and QoS travel).
     func makeJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags, group: WorkGroup? = nil) -> Job {
         let thread = ThreadState.current
@@ -186,12 +135,12 @@ public final class WorkQueue: Sendable {
     }
 
     /// Delayed blocks are detached by default: no context, no QoS from the submitter.
-    private func makeDelayedJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags) -> Job {
+    func makeDelayedJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags) -> Job {
         Job(work: work, qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: nil),
             flags: flags, context: .empty, group: nil)
     }
 
-    private func makeDelayedJob(for item: WorkItem) -> Job {
+    func makeDelayedJob(for item: WorkItem) -> Job {
         Job(work: .item(item),
             qos: QoSResolution.propagated(itemQoS: item.requestedQoS, flags: item.flags, submitter: nil),
             flags: item.flags, context: item.assignedContext ?? .empty, group: nil)
@@ -209,9 +158,9 @@ public final class WorkQueue: Sendable {
                 let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)
                 job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: floor)
             }
-            WorkerPool.shared.submit(job)
+            rootExecutor!.submit(job)
         case .mainThread:
-            MainThreadRunner.shared.submit(job)
+            rootExecutor!.submit(job)
         case .concurrent:
             // Nothing in the way (no barrier, no suspension, nothing queued): the block goes
             // straight to the global target, still counted as running here. The job stays
@@ -315,14 +264,8 @@ public final class WorkQueue: Sendable {
         WorkQueue.post(request)
     }
 
-    /// Makes `queue` (nil: the default global queue for this queue's QoS) the target.
-    /// Blocks already handed to the old target finish there; later ones go to the new one.
-    /// - Precondition: no cycle, and not on a global queue.
-    public func setTarget(queue: WorkQueue?) {
-        guard !isGlobal, kind != .mainThread, self !== WorkQueue.mainQueue else {
-            lullFatal("setTarget(queue:) on the global or main queue '\(label)' is not allowed")
-        }
-        let newTarget = queue ?? WorkQueue.defaultTarget(for: qos)
+    /// Makes `newTarget` the target (see the public `setTarget(queue:)`).
+    func retarget(to newTarget: WorkQueue) {
         var ancestor: WorkQueue? = newTarget
         while let current = ancestor {
             if current === self {

@@ -34,26 +34,28 @@ final class DescriptorRegistration: Sendable {
     fileprivate nonisolated(unsafe) var event: OpaquePointer?
     let handler: any ReactorEventHandler
     let oneShot: Bool
+    private let reactor: Reactor
     private let removed = Atomic<Bool>(false)
     /// Whether this registration counts in the reactor's interest: 0 not yet, 1 counted,
     /// 2 done (a one-shot that fired — perhaps before it was even counted — or removed), so
     /// that nobody polls for it any more and nothing is counted twice.
     private let interest = Atomic<UInt8>(0)
 
-    fileprivate init(handler: any ReactorEventHandler, oneShot: Bool) {
+    fileprivate init(reactor: Reactor, handler: any ReactorEventHandler, oneShot: Bool) {
+        self.reactor = reactor
         self.handler = handler
         self.oneShot = oneShot
     }
 
     fileprivate func takeInterest() {
         if interest.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
-            Reactor.shared.addInterest()
+            reactor.addInterest()
         }
     }
 
     fileprivate func releaseInterest() {
         if interest.exchange(2, ordering: .acquiringAndReleasing) == 1 {
-            Reactor.shared.removeInterest()
+            reactor.removeInterest()
         }
     }
 
@@ -63,7 +65,7 @@ final class DescriptorRegistration: Sendable {
         guard !removed.exchange(true, ordering: .acquiringAndReleasing), let event else { return }
         // Uncounted first: the interest never counts an event libevent no longer has.
         releaseInterest()
-        Reactor.shared.removeEvent(event)
+        reactor.removeEvent(event)
     }
 
     fileprivate func fired(_ what: Int16) {
@@ -78,7 +80,7 @@ extension Reactor {
     /// is still owed).
     func register(descriptor: Int32, forWriting: Bool, oneShot: Bool = false,
                   handler: any ReactorEventHandler) throws(ReactorError) -> DescriptorRegistration {
-        let registration = DescriptorRegistration(handler: handler, oneShot: oneShot)
+        let registration = DescriptorRegistration(reactor: self, handler: handler, oneShot: oneShot)
         registration.event = try addEvent(descriptor: descriptor, forWriting: forWriting, oneShot: oneShot,
                                           callback: descriptorEventCallback,
                                           context: Unmanaged.passUnretained(registration).toOpaque())

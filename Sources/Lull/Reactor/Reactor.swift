@@ -16,7 +16,6 @@ import Glibc
 typealias ReactorCallback = event_callback_fn
 
 final class Reactor: Sendable {
-    static let shared = Reactor(timerFired: { TimerEngine.shared.fire() })
 
     /// libevent's base, the next-timer's timeout event (wide windows, see `TimerSlack`) and
     /// the event of the precise timerfd. They are created once and never freed (the reactor
@@ -30,7 +29,9 @@ final class Reactor: Sendable {
     /// armed on libevent's timeout, late by up to a tick plus a millisecond).
     private let preciseTimer: PreciseTimer?
 
-    private let timerFired: @Sendable () -> Void
+    /// How the reactor asks for a poller, connected once by the composition root (`Runtime`)
+    /// after the worker pool exists; nothing registers before that.
+    private let pollers = AtomicLazyReference<PollerDemand>()
 
     private struct TimerState {
         /// The window armed, if any (nil: disarmed, or expired and not yet re-armed).
@@ -44,6 +45,12 @@ final class Reactor: Sendable {
         var fallbackAdded = false
         var fallbackGeneration: UInt = 0
 
+        /// The timer expired in the current poll: the poller fires the timer engine after the
+        /// loop returns (`pollOnce`), then `timerFireHandled` disarms unless re-armed.
+        var expiredInPoll = false
+        /// The generation of the last window applied (see `setTimer`).
+        var appliedGeneration: UInt64 = 0
+
         /// Any of the three in libevent's set counts one in `interest`.
         var counted: Bool { coarseAdded || preciseAdded || fallbackAdded }
     }
@@ -54,8 +61,9 @@ final class Reactor: Sendable {
     /// Registered events plus an armed timer: while positive, someone must poll.
     private let interest = Atomic<Int>(0)
 
-    private init(timerFired: @escaping @Sendable () -> Void) {
-        self.timerFired = timerFired
+    /// Creates the event base and the reactor's timers. Stops the program with a message when
+    /// libevent cannot start (see `LibeventLog`).
+    init() {
         lull_fork_guard_install()
         LibeventLog.startupBegins()
         defer { LibeventLog.startupEnded() }
@@ -104,6 +112,21 @@ final class Reactor: Sendable {
                 close(descriptor)
             }
         }
+    }
+
+    /// Connects the worker pool's poller requests (once, from the composition root).
+    func connect(_ demand: PollerDemand) {
+        let stored = pollers.storeIfNil(demand)
+        precondition(stored === demand, "Lull: the reactor's pollers are connected twice")
+    }
+
+    /// Asks the pool for a poller: the leader may be away running work.
+    private func requestPoller() {
+        pollers.load()?.request()
+    }
+
+    /// The diagnostics socket's listener joins this base (from the composition root).
+    func listenForDiagnostics() {
         ControlSocket.listen(on: base)
     }
 
@@ -120,45 +143,60 @@ final class Reactor: Sendable {
         interest.load(ordering: .sequentiallyConsistent) > 0
     }
 
+    /// The timer slack (ns; 0: the thread's default) the poller sleeps with for the armed
+    /// window: the poller applies it around `pollOnce` and goes back to its default after
+    /// (the work it runs next must not sleep with the reactor's slack).
+    var sleepSlackForPoll: UInt64 { sleepSlack.load(ordering: .acquiring) }
+
     /// Runs one iteration of the event loop on the calling (leader) thread: waits for at
-    /// least one event and runs the callbacks of those that are ready. The thread sleeps with
-    /// the timer slack of the armed window, and is back at its default slack afterwards (the
-    /// work it runs next must not sleep with the reactor's slack).
-    func pollOnce(on thread: ThreadState) {
-        thread.applyTimerSlack(sleepSlack.load(ordering: .acquiring))
+    /// least one event and runs the callbacks of those that are ready. Returns whether the
+    /// reactor's timer expired: the caller then fires the timer engine and calls
+    /// `timerFireHandled()`.
+    func pollOnce() -> Bool {
         let watched = Diagnostics.pollWillStart()
         let result = event_base_loop(base, EVLOOP_ONCE)
         Diagnostics.pollDidEnd(watched, result: result)
-        thread.applyTimerSlack(0)
         // 1 means nothing was registered when the loop started: the last event left while
         // this thread was on its way to poll. The caller looks at the interest again.
         if result < 0 {
             RuntimeLog.once("loop-error") { "event_base_loop failed (\(result)); errno \(errno)" }
+        }
+        return timer.locked { state in
+            defer { state.expiredInPoll = false }
+            return state.expiredInPoll
         }
     }
 
     /// Arms the next wake-up for `window` (monotonic ns), or disarms it with nil. See
     /// `WakePlan` for how a window becomes a timerfd instant and perhaps an `epoll_wait`
     /// timeout with timer slack.
-    func setTimer(_ window: WakeWindow?) {
+    ///
+    /// `generation` orders the arms: the timer engine decides a window under its own lock and
+    /// arms it after releasing that lock, so two threads' arms may arrive here out of order; a
+    /// window whose generation is not newer than the last one applied is dropped (the newer
+    /// one was decided knowing it). The timer lock is held across `timerfd_settime` and
+    /// `event_add`: it is a sleeping lock (never a spin lock), it is what keeps the armed
+    /// window and the kernel's timer in step, and it is the innermost lock of the runtime
+    /// (libevent's base lock, taken inside `event_add`, is the only one below it). The poller
+    /// request and the diagnostics socket's update happen after it is released.
+    func setTimer(_ window: WakeWindow?, generation: UInt64) {
         ForkGuard.check()
-        timer.locked { state in
+        let change = timer.locked { state -> InterestChange? in
+            guard generation > state.appliedGeneration else { return nil }
+            state.appliedGeneration = generation
             guard let window else {
                 state.armed = nil
-                disarm(&state)
-                return
+                return disarm(&state)
             }
             let wasCounted = state.counted
             state.armed = window
             arm(window, &state)
             // Counted after the add, so that a poller woken by the count finds the event.
-            if !wasCounted && state.counted {
-                addInterest()
-            } else {
-                // The leader may be away running work: a new deadline needs a poller now.
-                WorkerPool.shared.ensurePoller()
-            }
+            if !wasCounted && state.counted { return countInterest() }
+            // The leader may be away running work: a new deadline needs a poller now.
+            return .unchanged
         }
+        if let change { interestChanged(change, requestsPoller: true) }
     }
 
     /// Under the timer lock.
@@ -216,7 +254,7 @@ final class Reactor: Sendable {
         // it comes back out (and re-reads it) when the slack changes. On the poller itself
         // (in a callback) the loop returns after the callbacks anyway.
         if slack != previousSlack {
-            let poller = WorkerPool.shared.pollerThreadID.load(ordering: .acquiring)
+            let poller = pollers.load()?.pollingThread() ?? 0
             if poller != 0 && poller != lull_gettid() {
                 Diagnostics.reactorWillChange()
                 event_base_loopbreak(base)
@@ -226,18 +264,21 @@ final class Reactor: Sendable {
 
     /// Under the timer lock, when libevent refused both the timerfd's event and its timeout:
     /// the window is carried by a one-shot libevent timeout, which needs no event of ours.
-    /// Each gets a new generation (its callback's context), so that one made stale by a later
-    /// arm or a disarm fires nothing (libevent cannot take it back; it only ends one loop
-    /// iteration early).
+    /// Each gets a new generation (its callback's context, with the reactor), so that one made
+    /// stale by a later arm or a disarm fires nothing (libevent cannot take it back; it only
+    /// ends one loop iteration early).
     private func armFallback(_ timeout: timeval, _ state: inout TimerState) {
         let refused = errno
         state.fallbackGeneration = state.fallbackGeneration == .max ? 1 : state.fallbackGeneration + 1
         var timeout = timeout
-        let context = UnsafeMutableRawPointer(bitPattern: state.fallbackGeneration)
+        // Released by the callback, which libevent runs exactly once for an added one-shot.
+        let context = Unmanaged.passRetained(FallbackTimeout(reactor: self, generation: state.fallbackGeneration))
         Diagnostics.reactorWillChange()
         let result = event_base_once(base, -1, Int16(EV_TIMEOUT), { _, _, context in
-            Reactor.shared.fallbackTimerCallback(generation: UInt(bitPattern: context))
-        }, context, &timeout)
+            let timeout = Unmanaged<FallbackTimeout>.fromOpaque(context!).takeRetainedValue()
+            timeout.reactor.fallbackTimerCallback(generation: timeout.generation)
+        }, context.toOpaque(), &timeout)
+        if result != 0 { context.release() }
         state.fallbackAdded = result == 0
         if state.fallbackAdded {
             RuntimeLog.once("timer-fallback") { "event_add for the reactor timer failed (errno \(refused)); timers wake through a one-shot libevent timeout" }
@@ -247,7 +288,8 @@ final class Reactor: Sendable {
     }
 
     /// Under the timer lock: disarms both timers and takes them out of libevent's set.
-    private func disarm(_ state: inout TimerState) {
+    /// Returns how the interest changed, for the caller to act on after the lock.
+    private func disarm(_ state: inout TimerState) -> InterestChange {
         sleepSlack.store(0, ordering: .releasing)
         if let preciseTimer, state.preciseAdded {
             do throws(PreciseTimerError) {
@@ -256,9 +298,9 @@ final class Reactor: Sendable {
                 RuntimeLog.once("timerfd-disarm") { "\(error)" }
             }
         }
-        guard state.counted else { return }
+        guard state.counted else { return .unchanged }
         // Uncounted first: the interest never counts an event libevent no longer has.
-        removeInterest()
+        let change = uncountInterest()
         Diagnostics.reactorWillChange()
         // Never blocks: this runs on the polling thread (inside a timer callback) or with
         // no callback of the timers running.
@@ -271,74 +313,137 @@ final class Reactor: Sendable {
             state.preciseAdded = false
         }
         state.fallbackAdded = false
+        return change
     }
 
     /// libevent's timeout expired (by its coarse clock, which never runs ahead of ours).
     private func coarseTimerCallback() {
-        let expired = timer.locked { state -> Bool in
+        let change = timer.locked { state -> InterestChange in
             // Another thread may have re-armed it between its expiry and this callback.
             guard let timerEvent, state.coarseAdded, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {
-                return false
+                return .unchanged
             }
             state.coarseAdded = false
             return expire(&state)
         }
-        if expired { timerExpired() }
+        interestChanged(change, requestsPoller: false)
     }
 
     /// The fallback timeout of `generation` expired (see `armFallback`).
     private func fallbackTimerCallback(generation: UInt) {
-        let expired = timer.locked { state -> Bool in
-            guard state.fallbackAdded, state.fallbackGeneration == generation else { return false }
+        let change = timer.locked { state -> InterestChange in
+            guard state.fallbackAdded, state.fallbackGeneration == generation else { return .unchanged }
             state.fallbackAdded = false
             return expire(&state)
         }
-        if expired { timerExpired() }
+        interestChanged(change, requestsPoller: false)
     }
 
     /// Under the timer lock, after a one-shot event (libevent's timeout or the fallback) left
     /// libevent's set: uncounts the timer if nothing else holds it, and takes the armed
-    /// window. True when it was armed (it expires now).
-    private func expire(_ state: inout TimerState) -> Bool {
-        if !state.counted { removeInterest() }
-        guard state.armed != nil else { return false }
-        state.armed = nil
-        return true
+    /// window, which expires now (`expiredInPoll`) if it was armed.
+    private func expire(_ state: inout TimerState) -> InterestChange {
+        let change = state.counted ? InterestChange.unchanged : uncountInterest()
+        if state.armed != nil {
+            state.armed = nil
+            state.expiredInPoll = true
+            Diagnostics.reactorTimerExpired()
+        }
+        return change
     }
 
     /// The timerfd expired: the window's end has come, unless another thread re-armed it
     /// for later between the expiry and this callback.
     private func preciseTimerCallback() {
-        let expired = timer.locked { state -> Bool in
-            guard let armed = state.armed, armed.latest <= SystemClock.monotonicNanoseconds() else { return false }
-            state.armed = nil
-            return true
-        }
-        if expired { timerExpired() }
-    }
-
-    /// On the poller: fires the timers, then takes the reactor's timers out of the poll set
-    /// unless the engine armed them again (which it does while any timer is left).
-    private func timerExpired() {
-        Diagnostics.reactorTimerExpired()
-        timerFired()
         timer.locked { state in
-            guard state.armed == nil else { return }
-            disarm(&state)
+            guard let armed = state.armed, armed.latest <= SystemClock.monotonicNanoseconds() else { return }
+            state.armed = nil
+            state.expiredInPoll = true
+            Diagnostics.reactorTimerExpired()
         }
     }
 
-    /// Counts one more thing to poll for, and makes sure a poller exists: the last leader
-    /// may be away running work, and only libevent's own wake-up would reach a poller.
+    /// On the poller, after it fired the timer engine for an expiry `pollOnce` reported:
+    /// takes the reactor's timers out of the poll set unless the engine armed them again
+    /// (which it does while any timer is left).
+    func timerFireHandled() {
+        let change = timer.locked { state -> InterestChange in
+            guard state.armed == nil else { return .unchanged }
+            return disarm(&state)
+        }
+        interestChanged(change, requestsPoller: false)
+    }
+
+    // MARK: Interest
+
+    /// How a change of the interest counter must be followed up, after the lock under which
+    /// it was counted.
+    enum InterestChange {
+        case unchanged
+        case raisedFromZero
+        case raised
+        case droppedToZero
+        case dropped
+    }
+
+    /// Counts one more thing to poll for (the follow-up is `interestChanged`).
+    private func countInterest() -> InterestChange {
+        let (old, _) = interest.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        return old == 0 ? .raisedFromZero : .raised
+    }
+
+    private func uncountInterest() -> InterestChange {
+        let (_, new) = interest.subtract(1, ordering: .acquiringAndReleasing)
+        return new == 0 ? .droppedToZero : .dropped
+    }
+
+    /// Acts on an interest change after the lock: the diagnostics listener follows whether
+    /// anything is polled, and a raised interest (or a new deadline, `requestsPoller`) makes
+    /// sure a poller exists — the last leader may be away running work, and only libevent's
+    /// own wake-up would reach a poller.
+    private func interestChanged(_ change: InterestChange, requestsPoller: Bool) {
+        switch change {
+        case .raisedFromZero, .droppedToZero: ControlSocket.pollingMayHaveChanged(self)
+        case .raised, .dropped, .unchanged: break
+        }
+        switch change {
+        case .raisedFromZero, .raised: requestPoller()
+        case .unchanged: if requestsPoller { requestPoller() }
+        case .droppedToZero, .dropped: break
+        }
+    }
+
+    /// Counts one more thing to poll for, and makes sure a poller exists.
     func addInterest() {
         ForkGuard.check()
-        let (old, _) = interest.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
-        WorkerPool.shared.ensurePoller()
+        interestChanged(countInterest(), requestsPoller: true)
     }
 
     func removeInterest() {
-        let (_, new) = interest.subtract(1, ordering: .acquiringAndReleasing)
-        if new == 0 { ControlSocket.pollingMayHaveChanged(self) }
+        interestChanged(uncountInterest(), requestsPoller: false)
+    }
+}
+
+/// The context of a one-shot fallback timeout (see `Reactor.armFallback`).
+private final class FallbackTimeout: Sendable {
+    let reactor: Reactor
+    let generation: UInt
+
+    init(reactor: Reactor, generation: UInt) {
+        self.reactor = reactor
+        self.generation = generation
+    }
+}
+
+/// What the reactor needs from the worker pool: a poller on demand (`ensurePoller`), and the
+/// tid of the thread that polls now (0: none), to break a sleeping poller out of the loop
+/// when the armed window's slack changes. The composition root connects it.
+final class PollerDemand: Sendable {
+    let request: @Sendable () -> Void
+    let pollingThread: @Sendable () -> Int32
+
+    init(request: @escaping @Sendable () -> Void, pollingThread: @escaping @Sendable () -> Int32) {
+        self.request = request
+        self.pollingThread = pollingThread
     }
 }

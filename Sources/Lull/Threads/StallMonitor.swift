@@ -26,6 +26,12 @@ final class StallMonitor: Sendable {
     static let maximumInterval: UInt64 = 1_600_000_000
 
     private let armed = Atomic<Bool>(false)
+    /// Where the look is scheduled: the runtime's timer engine, as housekeeping.
+    private let timers: TimerEngine
+
+    init(timers: TimerEngine) {
+        self.timers = timers
+    }
 
     /// The delay of the next look after `failures` consecutive failed thread creations.
     static func delay(afterFailures failures: Int) -> UInt64 {
@@ -36,7 +42,8 @@ final class StallMonitor: Sendable {
         guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + delay, check)
+        timers.schedule(CallbackEntry(isHousekeeping: true, check),
+                        deadline: SystemClock.monotonicNanoseconds() + delay, leeway: 0)
     }
 
     func disarm() {
@@ -64,7 +71,7 @@ extension WorkerPool {
     /// created.
     func noteSaturated() {
         let delay = StallMonitor.delay(afterFailures: threadCreationFailures.load(ordering: .relaxed))
-        stallMonitor.arm(after: delay) { WorkerPool.shared.checkForStalls() }
+        stallMonitor.arm(after: delay) { self.checkForStalls() }
     }
 
     private enum ClassCondition {
@@ -135,7 +142,7 @@ extension WorkerPool {
             case .shortOfAThread:
                 // A failure re-arms the check itself (with back-off); a class left with no
                 // thread at all hands its queued work to one that has a thread.
-                if !startWorker(Worker(pool: pool), wokenForWork: true) { rehomeJobsOfThreadlessClass(pool) }
+                if !startWorker(Worker(pool: pool, owner: self), wokenForWork: true) { rehomeJobsOfThreadlessClass(pool) }
                 continue
             case .atTheCeiling:
                 stillSaturated = true
@@ -158,7 +165,7 @@ extension WorkerPool {
                     state.waking += 1
                     return true
                 }
-                guard spawn, startWorker(Worker(pool: pool), wokenForWork: true) else { break }
+                guard spawn, startWorker(Worker(pool: pool, owner: self), wokenForWork: true) else { break }
             }
         }
         if stillSaturated { noteSaturated() }

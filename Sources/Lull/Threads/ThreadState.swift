@@ -18,6 +18,8 @@ final class ThreadState {
     let tid: Int32
     /// The worker-pool class this thread belongs to; nil for threads Lull did not create.
     @exclusivity(unchecked) var workerClass: QoS.QoSClass?
+    /// The worker pool this thread belongs to; nil for threads Lull did not create.
+    @exclusivity(unchecked) var workerPool: WorkerPool?
     /// The QoS of the work this thread runs, overrides excluded: what work it submits
     /// inherits (as in Dispatch, an override never propagates).
     @exclusivity(unchecked) private(set) var ownQoS: QoS
@@ -98,8 +100,9 @@ final class ThreadState {
     }
 
     /// Makes the calling thread a worker of `qosClass`.
-    static func installWorker(_ qosClass: QoS.QoSClass) -> ThreadState {
+    static func installWorker(_ qosClass: QoS.QoSClass, of pool: WorkerPool) -> ThreadState {
         let state = install(ThreadState(workerClass: qosClass))
+        state.workerPool = pool
         state.takeDefaultTimerSlack()
         return state
     }

@@ -34,7 +34,6 @@ import Glibc
 ///   polling class takes its lock or the next `ensurePoller`: the one that changed the
 ///   interest and the one that left the slot see each other (sequential consistency).
 final class WorkerPool: Sendable {
-    static let shared = WorkerPool()
 
     let cpuCount: Int
     let threadCeiling: Int
@@ -55,15 +54,29 @@ final class WorkerPool: Sendable {
     private let liveThreadIDs = Mutex<Set<Int32>>([])
     /// The kernel tid of the polling worker (0: none), so the stall check can skip it.
     let pollerThreadID = Atomic<Int32>(0)
-    let stallMonitor = StallMonitor()
+    let stallMonitor: StallMonitor
+    /// What the leader polls, and the timers that ride on its wake-ups.
+    private let reactor: Reactor
+    private let timers: TimerEngine
 
-    private init() {
+    /// A pool whose leader polls `reactor` and fires `timers` after each wake-up. The
+    /// composition root (`Runtime`) connects the reactor's poller requests to it.
+    init(reactor: Reactor, timers: TimerEngine) {
         let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
         cpuCount = max(1, online > 0 ? online : 1)
         threadCeiling = max(64, cpuCount * 16)
         classes = QoS.QoSClass.schedulable.map { ClassPool(qosClass: $0) }
         starter = ThreadPriority.canRaise ? nil : ThreadStarter.make()
+        self.reactor = reactor
+        self.timers = timers
+        stallMonitor = StallMonitor(timers: timers)
         lull_fork_guard_install()
+    }
+
+    /// The reactor's side of the hand-off: a poller on demand, and who polls now.
+    var pollerDemand: PollerDemand {
+        PollerDemand(request: { [unowned self] in ensurePoller() },
+                     pollingThread: { [unowned self] in pollerThreadID.load(ordering: .acquiring) })
     }
 
     /// The classes whose idle workers may poll the reactor: a poller at background
@@ -120,15 +133,21 @@ final class WorkerPool: Sendable {
         switch helper {
         case .none: break
         case .wake(let worker): worker.parker.unpark()
-        case .spawn: startWorker(Worker(pool: pool), wokenForWork: true)
+        case .spawn: startWorker(Worker(pool: pool, owner: self), wokenForWork: true)
         case .saturated: noteSaturated()
         }
     }
 
-    /// Runs `body`, a wait, with the calling worker counted as blocked rather than running,
-    /// so that its class may start another thread meanwhile.
-    func blocking<T>(_ body: () -> T) -> T {
-        guard let qosClass = ThreadState.current.workerClass else { return body() }
+    /// Runs `body`, a wait, with the calling worker counted as blocked rather than running in
+    /// its pool, so that its class may start another thread meanwhile (a thread that is not
+    /// a worker just waits).
+    static func blocking<T>(_ body: () -> T) -> T {
+        let thread = ThreadState.current
+        guard let pool = thread.workerPool, let qosClass = thread.workerClass else { return body() }
+        return pool.blocking(qosClass, body)
+    }
+
+    private func blocking<T>(_ qosClass: QoS.QoSClass, _ body: () -> T) -> T {
         let pool = classes[qosClass.poolIndex]
         let helper = pool.state.locked { state -> Helper in
             state.running -= 1
@@ -178,7 +197,7 @@ final class WorkerPool: Sendable {
             }
         }
         let pool = classes[QoS.QoSClass.default.poolIndex]
-        let worker = Worker(pool: pool)
+        let worker = Worker(pool: pool, owner: self)
         let spawn = pool.state.locked { state -> Bool in
             guard pollerSlot.request(for: worker.token) else { return false }
             guard reserveThread() else {
@@ -264,7 +283,7 @@ final class WorkerPool: Sendable {
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         let result = lull_pthread_create(&thread, &attributes, { context in
             let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
-            WorkerPool.shared.workerMain(worker)
+            worker.owner.workerMain(worker)
             return nil
         }, context)
         pthread_attr_destroy(&attributes)
@@ -295,7 +314,7 @@ final class WorkerPool: Sendable {
 
     private func workerMain(_ worker: Worker) {
         let pool = worker.pool
-        let thread = ThreadState.installWorker(pool.qosClass)
+        let thread = ThreadState.installWorker(pool.qosClass, of: self)
         thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
         _ = lull_set_thread_name(pool.threadName)
         liveThreadIDs.locked { _ = $0.insert(thread.tid) }
@@ -306,7 +325,6 @@ final class WorkerPool: Sendable {
             totalThreads.subtract(1, ordering: .relaxed)
         }
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
-        let reactor = Reactor.shared
         while true {
             var cascade = Helper.none
             let next = pool.state.locked { state -> Next in
@@ -353,7 +371,7 @@ final class WorkerPool: Sendable {
             case .job(let job):
                 runTimed(job, thread: thread, pool: pool)
             case .poll:
-                poll(reactor, worker: worker, thread: thread)
+                poll(worker: worker, thread: thread)
             case .spin:
                 if let job = spinForWork(worker, pool: pool) {
                     runTimed(job, thread: thread, pool: pool)
@@ -367,15 +385,24 @@ final class WorkerPool: Sendable {
     }
 
     /// One turn as the leader: poll, give up the slot, then run what the wake-up produced.
-    private func poll(_ reactor: Reactor, worker: Worker, thread: ThreadState) {
+    private func poll(worker: Worker, thread: ThreadState) {
         let pool = worker.pool
         assert(pollerSlot.state == .polling(worker.token), "Lull: a worker polls without holding the poller slot")
         assert(pollerThreadID.load(ordering: .relaxed) == 0, "Lull: two workers poll at once")
         thread.pollingClass = pool.qosClass
         pollerThreadID.store(thread.tid, ordering: .releasing)
-        reactor.pollOnce(on: thread)
-        // Awake anyway: timers whose window has opened fire in this wake-up.
-        TimerEngine.shared.fireIfDue()
+        // The armed window's slack while asleep, the thread's default after: the work it
+        // runs next must not sleep with the reactor's slack.
+        thread.applyTimerSlack(reactor.sleepSlackForPoll)
+        let timerExpired = reactor.pollOnce()
+        thread.applyTimerSlack(0)
+        if timerExpired {
+            timers.fire()
+            reactor.timerFireHandled()
+        } else {
+            // Awake anyway: timers whose window has opened fire in this wake-up.
+            timers.fireIfDue()
+        }
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerSlot.release(for: worker.token)
@@ -406,7 +433,7 @@ final class WorkerPool: Sendable {
                 return recruit(&state)
             }
             start(helper, in: pool)
-            if Reactor.shared.needsPoller { ensurePoller() }
+            if reactor.needsPoller { ensurePoller() }
         }
     }
 
@@ -528,6 +555,8 @@ final class ClassPool: Sendable {
 final class Worker: Sendable {
     let parker = Parker()
     let pool: ClassPool
+    /// The pool the worker's thread runs for (it lives as long as its threads).
+    let owner: WorkerPool
     /// Set by whoever wakes this worker for queued work (it counts in `waking` until it
     /// looks at the queue again).
     let wokenForWork = Atomic<Bool>(false)
@@ -536,8 +565,9 @@ final class Worker: Sendable {
 
     private static let lastToken = Atomic<UInt64>(0)
 
-    init(pool: ClassPool) {
+    init(pool: ClassPool, owner: WorkerPool) {
         self.pool = pool
+        self.owner = owner
         token = Worker.lastToken.add(1, ordering: .relaxed).newValue
     }
 }

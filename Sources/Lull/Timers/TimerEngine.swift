@@ -16,8 +16,39 @@ import Glibc
 /// price is lateness: a timer fires anywhere in its window, typically near its end when
 /// nothing else wakes the process. Whenever the process is awake anyway (a descriptor event),
 /// the poller also fires whatever is open (`fireIfDue`), so timers ride along for free.
+///
+/// The engine owns no device: it receives a clock and an `arm` capability (the reactor's
+/// `setTimer` in a program, a recorder in a test that drives a `ManualClock`). It decides
+/// under its spin lock and acts after it: a change that needs the reactor armed anew returns
+/// an `ArmRequest` from the locked section, carrying a generation so that the reactor can
+/// drop one that arrives after a newer one; the first wall-clock timer asks, after the lock,
+/// for the system clock to be watched (`watchWallClock`).
 final class TimerEngine: Sendable {
-    static let shared = TimerEngine()
+    /// Arms the reactor's next wake-up: the window and its generation (see `ArmRequest`).
+    typealias Arm = @Sendable (WakeWindow, UInt64) -> Void
+
+    private let clock: any TimerClock
+    private let arm: Arm
+    private let watchWallClock: @Sendable () -> Void
+
+    /// - Parameters:
+    ///   - clock: what "now" is when the engine fires.
+    ///   - arm: arms the next wake-up; called outside the engine's lock.
+    ///   - watchWallClock: starts reporting changes of the system clock to
+    ///     `wallClockChanged()`; called once, outside the lock, for the first wall-clock timer.
+    init(clock: any TimerClock = SystemTimerClock(), arm: @escaping Arm,
+         watchWallClock: @escaping @Sendable () -> Void = {}) {
+        self.clock = clock
+        self.arm = arm
+        self.watchWallClock = watchWallClock
+    }
+
+    /// A window to arm, decided under the lock and carried out after it. Generations grow
+    /// with every decision, so the reactor applies only the newest of two that race.
+    struct ArmRequest {
+        let window: WakeWindow
+        let generation: UInt64
+    }
 
     private struct State {
         var timers = TimerHeap()
@@ -32,9 +63,13 @@ final class TimerEngine: Sendable {
         /// Wall-clock entries and their CLOCK_REALTIME deadlines: the monotonic deadline is
         /// recomputed from it when the system clock is set.
         var wallEntries: [ObjectIdentifier: (entry: TimerEntry, wallDeadline: UInt64)] = [:]
-        var clockWatch: (descriptor: Int32, registration: DescriptorRegistration)?
-        /// The window end the reactor's timer is armed for, if armed.
+        /// The system clock is watched (asked for once, with the first wall-clock entry).
+        var watchesWallClock = false
+        /// The window end the reactor's timer is armed for (or is being armed for, by the
+        /// thread that decided it), if armed.
         var armedAt: UInt64?
+        /// The generation of the last arm decided.
+        var armGeneration: UInt64 = 0
         /// How many of the entries are runtime housekeeping.
         var housekeeping = 0
         /// How many timers the last wake-up fired: the engine's measure of how dense its
@@ -51,7 +86,7 @@ final class TimerEngine: Sendable {
     /// sequence number, which its fire will carry.
     @discardableResult
     func schedule(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, wallDeadline: UInt64? = nil) -> UInt32 {
-        state.locked { state in
+        let (sequence, request, watchClock) = state.locked { state -> (UInt32, ArmRequest?, Bool) in
             remove(entry, from: &state)
             entry.deadline = deadline
             entry.leeway = leeway
@@ -59,13 +94,17 @@ final class TimerEngine: Sendable {
             state.nextSequence = TimerSequence.next(after: state.nextSequence)
             insert(entry, into: &state)
             if entry.isHousekeeping { state.housekeeping += 1 }
+            var watchClock = false
             if let wallDeadline {
                 state.wallEntries[ObjectIdentifier(entry)] = (entry, wallDeadline)
-                watchClock(&state)
+                watchClock = !state.watchesWallClock
+                state.watchesWallClock = true
             }
-            rearm(&state)
-            return entry.sequence
+            return (entry.sequence, rearm(&state), watchClock)
         }
+        if let request { arm(request.window, request.generation) }
+        if watchClock { watchWallClock() }
+        return sequence
     }
 
     /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
@@ -106,26 +145,29 @@ final class TimerEngine: Sendable {
         }
     }
 
-    /// Arms the reactor for the earliest window end if it is not armed at or before it
-    /// (under the lock, so that arming follows the order of changes).
-    private func rearm(_ state: inout State) {
+    /// Decides whether the reactor must be armed for the earliest window end: not when it is
+    /// armed at or before it. The caller arms after the lock; the generation keeps the order
+    /// of the decisions.
+    private func rearm(_ state: inout State) -> ArmRequest? {
         earliestDeadline.store(state.timers.firstDeadline ?? .max, ordering: .releasing)
-        guard state.timers.count > 0 else { return }
+        guard state.timers.count > 0 else { return nil }
         // Armed at or before a lower bound of the earliest end: armed early enough.
-        if let armed = state.armedAt, armed <= state.windowEndBound { return }
+        if let armed = state.armedAt, armed <= state.windowEndBound { return nil }
         if !state.windowEndIsExact {
             state.windowEndBound = state.timers.earliestWindowEnd() ?? .max
             state.windowEndIsExact = true
         }
         let end = state.windowEndBound
-        if let armed = state.armedAt, armed <= end { return }
+        if let armed = state.armedAt, armed <= end { return nil }
         // At the window's end, or within its last part when the kernel may choose (see
         // `wakeWindow`): arming earlier would split windows that share only that instant into
         // two wake-ups. The kernel's wake-up latency (0.1-0.4 ms measured on a loaded 2-core
         // VM) comes on top, as for any timer.
         state.armedAt = end
-        Reactor.shared.setTimer(TimerEngine.wakeWindow(deadline: state.timers.firstDeadline ?? end, latest: end,
-                                                       firedAtLastWake: state.firedAtLastWake))
+        state.armGeneration += 1
+        return ArmRequest(window: TimerEngine.wakeWindow(deadline: state.timers.firstDeadline ?? end, latest: end,
+                                                         firedAtLastWake: state.firedAtLastWake),
+                          generation: state.armGeneration)
     }
 
     /// The part of the window [deadline, latest] — from the earliest deadline (before which a
@@ -144,9 +186,9 @@ final class TimerEngine: Sendable {
 
     /// The reactor's timer fired: fire everything whose window has opened.
     func fire() {
-        let now = SystemClock.monotonicNanoseconds()
+        let now = clock.monotonicNanoseconds()
         var due: [(entry: TimerEntry, sequence: UInt32, deadline: UInt64, leeway: UInt64)] = []
-        state.locked { state in
+        let request = state.locked { state -> ArmRequest? in
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).
             state.armedAt = nil
@@ -155,8 +197,9 @@ final class TimerEngine: Sendable {
                 due.append((first, first.sequence, first.deadline, first.leeway))
             }
             if !due.isEmpty { state.firedAtLastWake = due.count }
-            rearm(&state)
+            return rearm(&state)
         }
+        if let request { arm(request.window, request.generation) }
         for (entry, sequence, deadline, leeway) in due {
             Diagnostics.timerWillFire(entry, deadline: deadline, leeway: leeway, now: now)
             entry.fired(sequence: sequence, deadline: deadline, now: now)
@@ -167,46 +210,33 @@ final class TimerEngine: Sendable {
     /// in the wake-up the process has anyway.
     func fireIfDue() {
         let earliest = earliestDeadline.load(ordering: .acquiring)
-        guard earliest != .max, earliest <= SystemClock.monotonicNanoseconds() else { return }
+        guard earliest != .max, earliest <= clock.monotonicNanoseconds() else { return }
         fire()
     }
 
     // MARK: Wall clock
 
-    /// Wall-clock timers need to hear about changes of the system clock: a CLOCK_REALTIME
-    /// timerfd with TFD_TIMER_CANCEL_ON_SET, registered once, tells.
-    private func watchClock(_ state: inout State) {
-        guard state.clockWatch == nil else { return }
-        let descriptor = lull_clock_watch_create()
-        guard descriptor >= 0 else {
-            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (errno \(-descriptor)): wall-clock timers will not follow them" }
-            return
-        }
-        do throws(ReactorError) {
-            let registration = try Reactor.shared.register(descriptor: descriptor, forWriting: false,
-                                                           handler: ClockChangeListener())
-            state.clockWatch = (descriptor, registration)
-        } catch {
-            close(descriptor)
-            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes: \(error)" }
-        }
-    }
-
-    /// On the polling thread: maybe the clock was set; if so, re-place wall-clock timers.
-    func clockMayHaveChanged() {
-        let descriptor = state.locked { $0.clockWatch?.descriptor }
-        guard let descriptor, lull_clock_watch_check(descriptor) == 1 else { return }
-        state.locked { state in
-            let wallNow = SystemClock.realtimeNanoseconds()
-            let monotonicNow = SystemClock.monotonicNanoseconds()
+    /// The system clock was set (reported by whatever `watchWallClock` started): re-places
+    /// the wall-clock timers and fires those now due.
+    func wallClockChanged() {
+        let request = state.locked { state -> ArmRequest? in
+            let wallNow = clock.realtimeNanoseconds()
+            let monotonicNow = clock.monotonicNanoseconds()
             for (entry, wall) in state.wallEntries.values {
                 take(entry, from: &state)
-                entry.deadline = monotonicDeadline(forWall: wall, wallNow: wallNow, monotonicNow: monotonicNow)
+                entry.deadline = Lull.monotonicDeadline(forWall: wall, wallNow: wallNow, monotonicNow: monotonicNow)
                 insert(entry, into: &state)
             }
-            rearm(&state)
+            return rearm(&state)
         }
+        if let request { arm(request.window, request.generation) }
         fireIfDue()
+    }
+
+    /// The wall-clock instant `wall` on the monotonic clock, as of now on this engine's clock.
+    func monotonicDeadline(forWall wall: UInt64) -> UInt64 {
+        Lull.monotonicDeadline(forWall: wall, wallNow: clock.realtimeNanoseconds(),
+                               monotonicNow: clock.monotonicNanoseconds())
     }
 
     /// Live timers of the program — timer sources and delayed blocks, not the runtime's own
@@ -220,10 +250,4 @@ func monotonicDeadline(forWall wall: UInt64, wallNow: UInt64 = SystemClock.realt
                        monotonicNow: UInt64 = SystemClock.monotonicNanoseconds()) -> UInt64 {
     if wall == .max { return .max }
     return monotonicNow.saturatingAdding(nanoseconds: max(0, Int128(wall) - Int128(wallNow)))
-}
-
-final class ClockChangeListener: ReactorEventHandler {
-    func reactorEvent(readable: Bool, writable: Bool) {
-        TimerEngine.shared.clockMayHaveChanged()
-    }
 }

@@ -8,7 +8,8 @@ enum DelayedWork {
         min(max(delay / 10, 1_000_000), 60_000_000_000)
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, site: TimerSite) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, site: TimerSite,
+                         timers: TimerEngine) {
         if deadline == .distantFuture { return }  // never due: Dispatch drops it too
         let now = SystemClock.monotonicNanoseconds()
         guard deadline.uptimeNanoseconds > now else {
@@ -16,25 +17,27 @@ enum DelayedWork {
             return
         }
         let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
-        TimerEngine.shared.schedule(entry, deadline: deadline.uptimeNanoseconds,
+        timers.schedule(entry, deadline: deadline.uptimeNanoseconds,
                                     leeway: leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite) {
+    static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite,
+                         timers: TimerEngine) {
         if wallDeadline == .distantFuture { return }
         let wall = wallDeadline.nanosecondsSinceEpoch
-        let deadline = monotonicDeadline(forWall: wall)
+        let deadline = timers.monotonicDeadline(forWall: wall)
         let now = SystemClock.monotonicNanoseconds()
         guard deadline > now else {
             queue.enqueue(job)
             return
         }
         let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
-        TimerEngine.shared.schedule(entry, deadline: deadline, leeway: leeway(forDelay: deadline - now), wallDeadline: wall)
+        timers.schedule(entry, deadline: deadline, leeway: leeway(forDelay: deadline - now), wallDeadline: wall)
     }
 
     /// Runs `action` on the polling thread once `deadline` (monotonic ns) has passed.
-    static func scheduleHousekeeping(at deadline: UInt64, _ action: @escaping @Sendable () -> Void) {
-        TimerEngine.shared.schedule(CallbackEntry(isHousekeeping: true, action), deadline: deadline, leeway: 0)
+    static func scheduleHousekeeping(at deadline: UInt64, on timers: TimerEngine,
+                                     _ action: @escaping @Sendable () -> Void) {
+        timers.schedule(CallbackEntry(isHousekeeping: true, action), deadline: deadline, leeway: 0)
     }
 }
