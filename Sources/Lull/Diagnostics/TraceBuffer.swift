@@ -114,7 +114,8 @@ final class TraceBuffer: @unchecked Sendable {
         store(SystemClock.monotonicNanoseconds(), at: TraceLayout.Header.stopTime)
     }
 
-    /// Appends one record; `fill` writes its fields (the commit word comes last).
+    /// Appends one record: its commit word cleared first, then its fields, then the commit
+    /// word set, so that a reader never takes a half-written record for a complete one.
     func append(_ kind: TraceLayout.RecordKind, detail: UInt8, wakeup: UInt64, time: UInt64,
                 deadline: UInt64 = 0, leeway: UInt64 = 0, fireCount: UInt16 = 0,
                 identity: UInt32 = 0, queue: UInt32 = 0, instance: UInt64 = 0) {

@@ -5,9 +5,9 @@ import Synchronization
 /// of the cores themselves, one per QoS class, emptied by a drain job.
 ///
 /// Cancelling is most of a timeout's life — made, scheduled, cancelled before it fires —
-/// and its cancel step is the one hand-off left. Posted as a job, each cost the cancelling
-/// thread the pool's lock, queue and wake-up decision, all on cache lines the workers write
-/// too. Here a post is one compare-and-swap while a drain job is active; only the post that
+/// and its cancel step is the one hand-off left. Posted as a job, each would cost the
+/// cancelling thread the pool's lock, queue and wake-up decision, all on cache lines the
+/// workers write too. Here a post is one compare-and-swap while a drain job is active; only the post that
 /// finds none active submits one. The drain job moves what was posted to its run list
 /// (oldest first), runs the cancel steps one by one, and waits briefly for more before it
 /// gives up the role.

@@ -63,17 +63,11 @@ final class SignalDriver: SourceDriver {
 /// signal and writes to one eventfd registered with the reactor; the reactor callback takes
 /// the counts and merges them into each source of that signal.
 ///
-/// State model, per signal, under the hub's lock (a futex mutex, never a spin lock):
-/// - *unwatched*: no source; the program's disposition is in place.
-/// - *watched*: one or more sources in `sources[signal]`; the forwarder is installed (or
-///   the disposition is a default action that Lull leaves alone).
-/// The first `add` moves unwatched → watched (`lull_signal_watch`), the `remove` of the
-/// last source moves watched → unwatched (`lull_signal_unwatch`). Both system calls are
-/// made under the lock on purpose: done after it, an `add` between the decision and the
-/// restore would find the forwarder still installed and its source would stay blind once
-/// the previous disposition is back. Invariant (asserted in debug builds): a signal has
-/// no empty source list — an entry exists exactly while the signal is watched.
-/// The eventfd and its registration live as long as the process once made.
+/// State model, per signal, under the hub's lock: *unwatched* (no source) and *watched*
+/// (one or more sources in `sources[signal]`; the forwarder installed, or a default action
+/// Lull leaves alone). The first `add` watches (`lull_signal_watch`), the `remove` of the
+/// last source unwatches (`lull_signal_unwatch`), both under the lock; why, and the
+/// invariant asserted in debug builds, are in docs/EventSources.md ("Signals").
 final class SignalHub: ReactorEventHandler {
     static let shared = SignalHub()
 

@@ -37,9 +37,10 @@ import Synchronization
 /// the small ones sit in the gaps after the entry's 36 bytes and each other, the cancel
 /// handler lives in the extras box, and the core is 112 bytes — a timer's 120, a 128-byte
 /// chunk, the largest size glibc keeps in its fast bins, whose frees from another thread
-/// (the worker that ran the cancel handler frees the core) take no lock. A timer a size
-/// larger spent a quarter of its creating thread's time in the arena lock it shared with
-/// the workers' frees (`lull-bench timer-churn` under perf). `SourceFootprintTests` keep it.
+/// (the worker that ran the cancel handler frees the core) take no lock; a core one size
+/// class larger makes the creating thread contend for the arena lock with the workers'
+/// frees (measured with `lull-bench timer-churn`: Benchmarks/README.md).
+/// `SourceFootprintTests` keep it.
 ///
 /// `@unchecked Sendable`: the class is not final (see above); its own stored properties are
 /// `let`s of `Sendable` types, and the inherited entry fields follow `TimerEntry`'s rule.

@@ -5,7 +5,7 @@ import Glibc
 
 // File-system object sources: kqueue's EVFILT_VNODE on inotify.
 //
-// Design (see also docs/ARCHITECTURE.md, "File-system sources"):
+// Design (see also docs/FileSystem.md):
 //
 // - One inotify instance for the process (`InotifyHub.shared`), non-blocking and
 //   close-on-exec, registered with the reactor like any descriptor (edge-triggered and

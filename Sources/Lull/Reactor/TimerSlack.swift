@@ -29,8 +29,8 @@ struct WakePlan: Equatable, Sendable {
 
 /// The placement of wake-ups inside their windows, and the polling thread's timer slack.
 ///
-/// libevent 2.1 facts this rests on (read in its epoll.c and evutil_time.c, and checked
-/// on this kernel): without EVENT_BASE_FLAG_PRECISE_TIMER its clock is
+/// The libevent 2.1 facts this rests on (from libevent 2.1.12's epoll.c and evutil_time.c):
+/// without EVENT_BASE_FLAG_PRECISE_TIMER its clock is
 /// CLOCK_MONOTONIC_COARSE (tick resolution: 4 ms at HZ=250, truncated to µs), and
 /// `epoll_wait`'s timeout is the time to the earliest timeout rounded *up* to whole
 /// milliseconds; with the flag, libevent sleeps in `epoll_wait(-1)` on a relative timerfd of
@@ -65,8 +65,8 @@ enum TimerSlack {
     /// Whether wide windows use slack: off unless `LULL_TIMER_SLACK=1` (or `on`) is in the
     /// environment. Off by default because the engine cannot yet tell whether a deadline
     /// falls in the part of a window it gives the kernel (a wake-up there splits timers the
-    /// greedy optimum fires together: 2x the wake-ups measured with windows that touch), and
-    /// because libevent's coarse clock sometimes costs a second wake-up (see ARCHITECTURE.md).
+    /// greedy optimum fires together), and because libevent's coarse clock sometimes costs a
+    /// second wake-up (docs/Timers.md; the figures are in Benchmarks/README.md).
     /// Internal code (tests) may switch it.
     private static let enabled = Atomic<Bool>({
         guard let value = getenv("LULL_TIMER_SLACK").map({ String(cString: $0) }) else { return false }

@@ -308,7 +308,7 @@ final class WorkerPool: Sendable {
     }
 
     /// How long a worker that ran out of work spins before it sleeps (pause instructions,
-    /// about 20-50 µs): a producer that keeps a queue barely fed then hands work over
+    /// tens of microseconds): a producer that keeps a queue barely fed then hands work over
     /// without a futex wake-up per block.
     private static let spinIterations: Int32 = 1_000
 

@@ -1,13 +1,8 @@
 /// The leeway a timer gets when it asks for less, unless it is `.strict`: the larger of the
 /// requested leeway and this default, which grows as QoS falls — the way Darwin widens
 /// coalescing for low QoS (its kernel allows normal threads up to 1/8 of the delay, capped at
-/// 1 ms, and background threads up to 32× the delay, capped at 100 ms).
-///
-/// | QoS of the timer's queue | default leeway |
-/// |---|---|
-/// | user-interactive, user-initiated, default | 1/8 of the delay, at most 1 ms |
-/// | utility | 1/4 of the delay, at most 10 ms |
-/// | background | 32× the delay, at most 100 ms |
+/// 1 ms, and background threads up to 32× the delay, capped at 100 ms). Utility gets 1/4 of
+/// the delay, at most 10 ms; the table for users is in the DocC article "Timers and leeway".
 ///
 /// "The delay" is the interval of a repeating timer, or the time until the deadline of a
 /// one-shot, when it is scheduled.

@@ -161,8 +161,7 @@ final class TimerEngine: Sendable {
         if let armed = state.armedAt, armed <= end { return nil }
         // At the window's end, or within its last part when the kernel may choose (see
         // `wakeWindow`): arming earlier would split windows that share only that instant into
-        // two wake-ups. The kernel's wake-up latency (0.1-0.4 ms measured on a loaded 2-core
-        // VM) comes on top, as for any timer.
+        // two wake-ups. The kernel's wake-up latency comes on top, as for any timer.
         state.armedAt = end
         state.armGeneration += 1
         return ArmRequest(window: TimerEngine.wakeWindow(deadline: state.timers.firstDeadline ?? end, latest: end,

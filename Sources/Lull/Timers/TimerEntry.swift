@@ -5,9 +5,9 @@
 /// place from fire to fire).
 ///
 /// Every source core is an entry (`SourceCore` derives from this class), so that a timer's
-/// core needs no second object; the 20 bytes of timing cost the other kinds nothing they
-/// had not lost elsewhere (see `SourceCore`). The fields are as small as the engine allows:
-/// a million idle timers are mostly these objects.
+/// core needs no second object; the other kinds carry the 20 bytes of timing unused (their
+/// layout is counted in `SourceCore`). The fields are as small as the engine allows: a
+/// million idle timers are mostly these objects.
 ///
 /// `@unchecked Sendable`: the fields below are read and written by `TimerEngine` under its
 /// lock (a timer core also writes them, under its own lock, while it is not in the engine);
