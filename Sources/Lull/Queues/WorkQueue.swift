@@ -64,7 +64,7 @@ public final class WorkQueue: Sendable {
         rootExecutor = nil
         let inactive = attributes.contains(.initiallyInactive)
         state = SpinFutexLock(QueueState(target: resolvedTarget, isInactive: inactive,
-                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
+                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)), rank: .queue)
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
 
@@ -74,7 +74,7 @@ public final class WorkQueue: Sendable {
         self.qos = qos
         self.kind = kind
         rootExecutor = executor
-        state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
+        state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified), rank: .queue)
     }
 
     /// Rule 1 of QoS resolution: the queue's own QoS, else a global target's unless it is

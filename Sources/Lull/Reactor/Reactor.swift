@@ -161,7 +161,7 @@ final class Reactor: Sendable {
         if result < 0 {
             RuntimeLog.once("loop-error") { "event_base_loop failed (\(result)); errno \(errno)" }
         }
-        return timer.locked { state in
+        return timer.locked(ranked: .reactorTimer) { state in
             defer { state.expiredInPoll = false }
             return state.expiredInPoll
         }
@@ -181,7 +181,7 @@ final class Reactor: Sendable {
     /// request and the diagnostics socket's update happen after it is released.
     func setTimer(_ window: WakeWindow?, generation: UInt64) {
         ForkGuard.check()
-        let change = timer.locked { state -> InterestChange? in
+        let change = timer.locked(ranked: .reactorTimer) { state -> InterestChange? in
             guard generation > state.appliedGeneration else { return nil }
             state.appliedGeneration = generation
             guard let window else {
@@ -318,7 +318,7 @@ final class Reactor: Sendable {
 
     /// libevent's timeout expired (by its coarse clock, which never runs ahead of ours).
     private func coarseTimerCallback() {
-        let change = timer.locked { state -> InterestChange in
+        let change = timer.locked(ranked: .reactorTimer) { state -> InterestChange in
             // Another thread may have re-armed it between its expiry and this callback.
             guard let timerEvent, state.coarseAdded, event_pending(timerEvent, Int16(EV_TIMEOUT), nil) == 0 else {
                 return .unchanged
@@ -331,7 +331,7 @@ final class Reactor: Sendable {
 
     /// The fallback timeout of `generation` expired (see `armFallback`).
     private func fallbackTimerCallback(generation: UInt) {
-        let change = timer.locked { state -> InterestChange in
+        let change = timer.locked(ranked: .reactorTimer) { state -> InterestChange in
             guard state.fallbackAdded, state.fallbackGeneration == generation else { return .unchanged }
             state.fallbackAdded = false
             return expire(&state)
@@ -355,7 +355,7 @@ final class Reactor: Sendable {
     /// The timerfd expired: the window's end has come, unless another thread re-armed it
     /// for later between the expiry and this callback.
     private func preciseTimerCallback() {
-        timer.locked { state in
+        timer.locked(ranked: .reactorTimer) { state in
             guard let armed = state.armed, armed.latest <= SystemClock.monotonicNanoseconds() else { return }
             state.armed = nil
             state.expiredInPoll = true
@@ -367,7 +367,7 @@ final class Reactor: Sendable {
     /// takes the reactor's timers out of the poll set unless the engine armed them again
     /// (which it does while any timer is left).
     func timerFireHandled() {
-        let change = timer.locked { state -> InterestChange in
+        let change = timer.locked(ranked: .reactorTimer) { state -> InterestChange in
             guard state.armed == nil else { return .unchanged }
             return disarm(&state)
         }

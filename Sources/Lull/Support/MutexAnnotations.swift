@@ -21,4 +21,17 @@ extension Mutex where Value: ~Copyable {
             return try body(&value)
         }
     }
+
+    /// `locked`, for a mutex with a place in the runtime's lock order (checked in debug
+    /// builds, see `LockRank`).
+    @inline(__always)
+    borrowing func locked<Result: ~Copyable, E: Error>(
+        ranked rank: LockRank, _ body: (inout sending Value) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        #if DEBUG
+        LockOrder.willAcquire(rank)
+        defer { LockOrder.didRelease(rank) }
+        #endif
+        return try locked(body)
+    }
 }

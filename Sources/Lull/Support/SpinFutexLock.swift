@@ -16,9 +16,12 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
     /// again, which deadlocks on the lock word first.
     @exclusivity(unchecked) private var value: Value
     private let word: UnsafeMutablePointer<UInt32>
+    /// The lock's place in the runtime's lock order (checked in debug builds), if it has one.
+    private let rank: LockRank?
 
-    init(_ value: Value) {
+    init(_ value: Value, rank: LockRank? = nil) {
         self.value = value
+        self.rank = rank
         word = .allocate(capacity: 1)
         word.initialize(to: 0)
     }
@@ -37,15 +40,31 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
     @inline(__always)
     func locked<Argument, Result>(moving argument: consuming Argument,
                                   _ body: (inout Value, consuming Argument) throws -> Result) rethrows -> Result {
-        lull_lock(word)
-        defer { lull_unlock(word) }
+        acquire()
+        defer { release() }
         return try body(&value, argument)
     }
 
     @inline(__always)
     func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lull_lock(word)
-        defer { lull_unlock(word) }
+        acquire()
+        defer { release() }
         return try body(&value)
+    }
+
+    @inline(__always)
+    private func acquire() {
+        #if DEBUG
+        if let rank { LockOrder.willAcquire(rank) }
+        #endif
+        lull_lock(word)
+    }
+
+    @inline(__always)
+    private func release() {
+        lull_unlock(word)
+        #if DEBUG
+        if let rank { LockOrder.didRelease(rank) }
+        #endif
     }
 }

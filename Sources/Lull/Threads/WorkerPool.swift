@@ -536,7 +536,7 @@ final class ClassPool: Sendable {
     let takenAtLastCheck = Atomic<UInt64>(0)
 
     let qosClass: QoS.QoSClass
-    let state = SpinFutexLock<State>(State())
+    let state = SpinFutexLock<State>(State(), rank: .workerClass)
     let threadName: String
 
     init(qosClass: QoS.QoSClass) {

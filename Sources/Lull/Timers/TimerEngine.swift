@@ -77,7 +77,7 @@ final class TimerEngine: Sendable {
         var firedAtLastWake = 0
     }
 
-    private let state = SpinFutexLock<State>(State())
+    private let state = SpinFutexLock<State>(State(), rank: .timerEngine)
     /// The earliest deadline (UInt64.max: none), for the poller's check without the lock.
     private let earliestDeadline = Atomic<UInt64>(.max)
 

@@ -1,0 +1,70 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The runtime's lock order, checked in debug builds: a thread that holds a ranked lock may
+/// take only ranked locks of a higher rank (queues, whose locks nest from a child to its
+/// target, may also take one of the same rank). `Runtime` documents the order; a lock that
+/// breaks it stops a debug build at once, naming both locks. Release builds check nothing
+/// and pay nothing.
+enum LockRank: Int, Comparable, Sendable {
+    /// A queue's state (SpinFutexLock).
+    case queue = 10
+    /// A source core's state (Mutex).
+    case sourceCore = 20
+    /// The timer engine's state (SpinFutexLock).
+    case timerEngine = 40
+    /// The reactor's timer state (Mutex).
+    case reactorTimer = 50
+    /// A worker class's state (SpinFutexLock).
+    case workerClass = 60
+
+    static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// Whether a thread holding `self` may take a lock of rank `next`.
+    func allows(_ next: LockRank) -> Bool {
+        self < next || (self == next && self == .queue)
+    }
+}
+
+#if DEBUG
+/// The ranked locks the calling thread holds, innermost last (debug builds only).
+enum LockOrder {
+    private final class Held {
+        var ranks: [LockRank] = []
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let result = pthread_key_create(&key) { pointer in
+            guard let pointer else { return }
+            Unmanaged<Held>.fromOpaque(pointer).release()
+        }
+        precondition(result == 0, "Lull: pthread_key_create for the lock-order check failed with \(result)")
+        return key
+    }()
+
+    private static var held: Held {
+        if let pointer = pthread_getspecific(key) {
+            return Unmanaged<Held>.fromOpaque(pointer).takeUnretainedValue()
+        }
+        let held = Held()
+        pthread_setspecific(key, Unmanaged.passRetained(held).toOpaque())
+        return held
+    }
+
+    static func willAcquire(_ rank: LockRank) {
+        let held = held
+        if let innermost = held.ranks.last {
+            assert(innermost.allows(rank), "Lull: lock order broken: \(rank) taken while holding \(innermost)")
+        }
+        held.ranks.append(rank)
+    }
+
+    static func didRelease(_ rank: LockRank) {
+        let held = held
+        assert(held.ranks.last == rank, "Lull: lock \(rank) released out of order (held: \(held.ranks))")
+        held.ranks.removeLast()
+    }
+}
+#endif
