@@ -1,7 +1,8 @@
 import CLullShims
 
 /// How inotify's events become kqueue's EVFILT_VNODE events (Darwin's rules, from XNU's
-/// vnode operations), for one watch. Runs with the hub's lock held, on the draining thread.
+/// vnode operations), for one watch. Runs with the hub's `state` lock held, on the draining
+/// thread (the status it reads through the pin is the one system call made under that lock).
 ///
 /// | what happened | kqueue (Darwin) | inotify | Lull |
 /// |---|---|---|---|
