@@ -35,7 +35,7 @@ import Glibc
 ///   `state` by the holder of `kernel` stays open until `kernel` is released.
 /// - A `state` section returns what it decided (`AfterState`: watches to remove, pins to
 ///   close, a teardown); the caller does it after `state` is released. Merges into sources,
-///   calls to observers, jobs and log lines come after both locks.
+///   calls to observers and jobs come after both locks; log lines after `state`.
 ///
 /// Debug builds assert that no system call of the hub is made by a thread holding `state`,
 /// that every change of the kernel's watch set holds `kernel`, and after every `state`
@@ -165,14 +165,16 @@ final class InotifyHub: Sendable {
     #endif
 
     /// Does what a `state` section decided; with `kernel` held when it removes watches or
-    /// closes pins.
-    private func finish(_ after: AfterState) {
+    /// closes pins. Returns whether a teardown job is to be queued: the caller queues it
+    /// (`scheduleTeardown`) once it holds no lock.
+    @discardableResult
+    private func finish(_ after: AfterState) -> Bool {
         if after.needsKernel { assertKernelSide() } else { assertOutsideState() }
         for removal in after.removals { _ = lull_inotify_rm_watch(removal.instance.descriptor, removal.watchDescriptor) }
         for pin in after.pins { close(pin) }
         switch after.teardown {
         case .schedule?:
-            WorkQueue.global(qos: .utility).async { [self] in teardownIfIdle() }
+            return true
         case .closeNow(let instance)?:
             assertKernelSide()
             instance.close()
@@ -181,6 +183,17 @@ final class InotifyHub: Sendable {
         case nil:
             break
         }
+        return false
+    }
+
+    /// Queues the job that closes the instance if it is still idle (with no lock held: the
+    /// job may start a worker thread).
+    private func scheduleTeardown() {
+        assertOutsideState()
+        #if DEBUG
+        assert(kernelOwner.load(ordering: .relaxed) != Self.currentThread, "a job queued with the inotify hub's kernel lock held")
+        #endif
+        WorkQueue.global(qos: .utility).async { [self] in teardownIfIdle() }
     }
 
     /// inotify_add_watch, or ENOSPC past the simulated limit.
@@ -222,6 +235,8 @@ final class InotifyHub: Sendable {
             throw FileSystemErrors.error(subject, code: statusError, step: .open)
         }
         let mask = mask(status.is_directory != 0)
+        var schedulesTeardown = false
+        defer { if schedulesTeardown { scheduleTeardown() } }
         return try withKernel { () throws(EventSourceError) -> InotifyLease in
             let instance: InotifyInstance
             do throws(EventSourceError) {
@@ -233,7 +248,7 @@ final class InotifyHub: Sendable {
             let wd = addWatch(instance, RawPath(bytes: InotifyWatch.procPath(of: pin).utf8), mask.union(.maskAdd))
             guard wd >= 0 else {
                 close(pin)
-                finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
+                schedulesTeardown = finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
                 throw FileSystemErrors.error(subject, code: -wd, step: .watch)
             }
             let (watch, after) = withState { state -> (InotifyWatch, AfterState) in
@@ -249,11 +264,13 @@ final class InotifyHub: Sendable {
     /// Watches the directory at `path` without pinning it (for tree watchers, which would
     /// otherwise hold a descriptor per directory): not following a final symbolic link.
     func acquireUnpinned(directory path: RawPath, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
-        try withKernel { () throws(EventSourceError) -> InotifyLease in
+        var schedulesTeardown = false
+        defer { if schedulesTeardown { scheduleTeardown() } }
+        return try withKernel { () throws(EventSourceError) -> InotifyLease in
             let instance = try ensureInstance(subject: subject)
             let wd = addWatch(instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))
             guard wd >= 0 else {
-                finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
+                schedulesTeardown = finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
                 throw FileSystemErrors.error(subject, code: -wd, step: .watch)
             }
             let (watch, after) = withState { state -> (InotifyWatch, AfterState) in
@@ -278,7 +295,7 @@ final class InotifyHub: Sendable {
 
     /// One lease fewer on `watch`; the last one removes the kernel watch and the pin.
     func release(_ watch: InotifyWatch) {
-        withKernel {
+        let schedulesTeardown = withKernel {
             finish(withState { state in
                 var after = AfterState()
                 releaseLocked(&state, &after, watch)
@@ -286,6 +303,7 @@ final class InotifyHub: Sendable {
                 return after
             })
         }
+        if schedulesTeardown { scheduleTeardown() }
     }
 
     // MARK: Subscriptions
@@ -311,7 +329,7 @@ final class InotifyHub: Sendable {
     func unsubscribe(_ core: SourceCore, from lease: InotifyLease) {
         let watch = lease.watch
         withKernel {
-            finish(withState { state in
+            _ = finish(withState { state in
                 var after = AfterState()
                 watch.sources.removeAll { $0.core === core }
                 if !watch.needsParent, watch.parent != nil { unlinkParent(&state, &after, watch) }
@@ -467,13 +485,13 @@ final class InotifyHub: Sendable {
                 after.teardown = teardownDecision(&state, holdingKernel: false)
                 return (index, after)
             }
-            finish(after)
+            if finish(after) { scheduleTeardown() }
             guard end < events.count else { break }
             let event = events[end]
             next = end + 1
-            withKernel {
+            let schedulesTeardown = withKernel { () -> Bool in
                 var relinks: [InotifyWatch] = []
-                finish(withState { state -> AfterState in
+                let schedules = finish(withState { state -> AfterState in
                     var after = AfterState()
                     guard state.instance === instance else { return after }
                     handle(event, &state, &deliveries, &after, &relinks, internalMoves: internalMoves)
@@ -481,7 +499,9 @@ final class InotifyHub: Sendable {
                     return after
                 })
                 for watch in relinks { linkParent(watch) }
+                return schedules
             }
+            if schedulesTeardown { scheduleTeardown() }
         }
         deliveries.deliver()
     }
@@ -551,9 +571,9 @@ final class InotifyHub: Sendable {
         defer { lull_free(text) }
         let mounted = MountTable.mountIDs(UnsafeRawBufferPointer(start: text, count: Int(length)))
         guard !mounted.isEmpty else { return }
-        let deliveries = withKernel { () -> Deliveries in
+        let (deliveries, schedulesTeardown) = withKernel { () -> (Deliveries, Bool) in
             var deliveries = Deliveries()
-            finish(withState { state -> AfterState in
+            let schedules = finish(withState { state -> AfterState in
                 var after = AfterState()
                 guard state.instance === instance else { return after }
                 for watch in Array(state.watches.values)
@@ -570,8 +590,9 @@ final class InotifyHub: Sendable {
                 after.teardown = teardownDecision(&state, holdingKernel: true)
                 return after
             })
-            return deliveries
+            return (deliveries, schedules)
         }
+        if schedulesTeardown { scheduleTeardown() }
         deliveries.deliver()
     }
 
