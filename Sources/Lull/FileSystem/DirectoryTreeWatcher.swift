@@ -27,7 +27,7 @@ import Glibc
 ///   the tree's state: a subtree moved out and straight back is "removed, created" and is
 ///   watched again. Halves without a partner are definite (the other end is outside the
 ///   tree). The state model (pending moves, departed subtrees, held events, re-walks) is in
-///   the article "File watching".
+///   docs/FileSystem.md.
 /// - When the root is removed or moved away, `.removed` is reported for it and the watcher
 ///   waits, watching the nearest existing ancestor, for a directory to appear at the path
 ///   again; then it reports it `.created` with its contents and goes on.

@@ -3,62 +3,8 @@ import Synchronization
 import Glibc
 #endif
 
-// File-system object sources: kqueue's EVFILT_VNODE on inotify.
-//
-// Design (see also docs/FileSystem.md):
-//
-// - One inotify instance for the process (`InotifyHub.shared`), non-blocking and
-//   close-on-exec, registered with the reactor like any descriptor (edge-triggered and
-//   persistent) and drained to EAGAIN on every readiness; a drain does at most 16 reads of
-//   64 KiB on the polling thread and goes on from a queued job, so that a storm of changes
-//   neither loses its end nor holds the reactor. The instance is created with the first
-//   watch and closed (from a utility job) when the last one is gone.
-// - One watch per inode, shared by every source on it: inotify returns the same watch
-//   descriptor for the same inode, so the hub keys its watches by watch descriptor and
-//   counts leases; the kernel's mask is the union of what the sources need (IN_MASK_ADD),
-//   and the watch goes (inotify_rm_watch) with its last lease.
-// - Each watched object is *pinned*: an O_PATH | O_CLOEXEC descriptor that reads and
-//   writes nothing, through which the hub adds the watch (/proc/self/fd/N, so the watch
-//   and the pin are the same inode even if the path changes meanwhile) and reads the link
-//   count and size. That is how `.link` is told from `.attrib` (inotify reports both as
-//   IN_ATTRIB) and how `.delete` is seen at the unlink (inotify says IN_DELETE_SELF only
-//   when the last descriptor closes). A removed directory gets no inotify event at all
-//   while it is open, so a directory whose sources want `.delete` or `.link` also leases a
-//   watch on its parent (re-found through the pin's ".." after every move) and reads its
-//   own link count when the parent reports a removed subdirectory.
-// - The pin holds the file system busy, as an open descriptor does on Darwin: a strict
-//   unmount fails with EBUSY. A lazy unmount (umount -l, MNT_DETACH: how Linux unmounts a
-//   busy file system) is `.revoke`: the hub also watches /proc/self/mountinfo and, when
-//   the mount of a pinned object is gone from it, reports `.revoke` and lets the pin go.
-//   IN_UNMOUNT is mapped to `.revoke` as well.
-// - Mapping (VnodeEventMapping has the table): IN_MODIFY → .write (+ .extend if the size
-//   grew); IN_ATTRIB → .link if the link count grew, .delete + .link if it fell (Darwin
-//   posts both on every unlink), else .attrib; IN_MOVE_SELF → .rename; IN_DELETE_SELF →
-//   .delete (once); entries created, removed or moved in a watched directory → .write,
-//   and + .link for a subdirectory (not for a rename inside the directory); IN_UNMOUNT →
-//   .revoke. The merge rule is OR; `events` is `data` masked by the source's mask.
-// - Overflow (IN_Q_OVERFLOW): nothing is silently lost. Every source gets every event of
-//   its mask that may have happened — all but `.delete` and `.revoke`, which are reported
-//   only when confirmed (link count 0; mount gone) — baselines are re-read, and
-//   `FileSystemDiagnostics.overflowCount` counts it.
-// - Errors: the path-based factory opens and watches at once, and throws an
-//   `EventSourceError` whose description names the path, the system's reason and, for the
-//   limits, the sysctl to raise (fs.inotify.max_user_watches for ENOSPC,
-//   fs.inotify.max_user_instances for EMFILE). The descriptor-based factory watches at
-//   activation and, on failure, cancels the source with the reason in `registrationError`.
-// - Threads: the hub's state is under one lock; inotify events are mapped there, on the
-//   polling thread, and merged into sources after the lock is released; sources are
-//   unsubscribed at cancel (no merge after) and release their lease after the cancel
-//   handler ran.
-// - The recursive `DirectoryTreeWatcher` leases unpinned watches (one per directory) from
-//   the same hub and observes their raw events on a private serial queue; see its file.
-//
-// Files: FileSystemObjectSource (this: the design, the public type, the factories, the
-// driver), InotifyHub (instance, leases, draining, dispatch, revocation), InotifyWatch
-// (one watch), InotifyEvent (the kernel's bits and records), VnodeEventMapping (inotify →
-// kqueue), FileSystemErrors (reasons and limits), FileSystemDiagnostics (counters),
-// DirectoryTreeWatcher. Test hooks (internal): private hubs that do not register with the
-// reactor or refuse watches past a limit, `holdDraining`, `injectOverflow`.
+// File-system object sources: kqueue's EVFILT_VNODE on inotify. The design (the hub, pins,
+// revocation, overflow, the mapping table, threads) is in docs/FileSystem.md.
 
 /// Events of a file-system object, with kqueue's EVFILT_VNODE values (NOTE_*).
 public struct FileSystemEvent: OptionSet, Sendable, Hashable {
@@ -88,7 +34,7 @@ public struct FileSystemEvent: OptionSet, Sendable, Hashable {
 
 /// Fires when the file or directory it watches changes; `events` is what happened since
 /// the handler last ran, within the source's mask (kqueue's EVFILT_VNODE meaning, on
-/// inotify: see the design notes at the top of this file).
+/// inotify: see docs/FileSystem.md).
 ///
 /// The source watches the *object*: after a rename it keeps following it under its new
 /// name, and after `.delete` it stays registered (and silent) until cancelled, like a

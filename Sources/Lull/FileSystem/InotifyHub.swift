@@ -5,20 +5,42 @@ import Glibc
 #endif
 
 /// The process's inotify instance and every watch on it: file-system sources and tree
-/// watchers lease watches here, and the hub turns what the kernel reports into merges.
+/// watchers lease watches here, and the hub turns what the kernel reports into merges. The
+/// design (one instance, one watch per inode, pins, draining, revocation, the mapping) is in
+/// docs/FileSystem.md; this comment states the hub's locking.
 ///
-/// - One instance (created with the first watch, closed on a utility job when the last
-///   watch is gone), non-blocking and close-on-exec, registered with the reactor like any
-///   descriptor: edge-triggered and persistent, so every readiness is drained to `EAGAIN`.
-///   A drain reads at most `drainBudget` buffers on the polling thread, then goes on from a
-///   job on a global queue, so that a storm of changes cannot hold the reactor.
-/// - One watch per inode (inotify returns the same watch descriptor for the same inode),
-///   counted by leases; the kernel's mask is widened with IN_MASK_ADD and never narrowed.
-/// - `/proc/self/mountinfo` is registered too: when the mount table changes, a watched
-///   object whose mount is gone (a lazy unmount: the pin keeps a strict one from happening)
-///   gets `.revoke`, and its pin is closed so that the file system can go away.
-/// - Everything about watches happens under one lock; merges into sources and calls to
-///   observers happen after it is released.
+/// ## Locks (order: `kernel`, then `state`; both sleeping `Mutex`es, never a spin lock)
+///
+/// - `state`: the instance, the watch table, leases, subscriptions, baselines and parent
+///   links. It is held for table work, and the one system call made under it is the status
+///   read through a pin (an `fstat` of an `O_PATH` descriptor, in the mapping and when
+///   baselines are refreshed). That read stays under `state` because the baseline it updates
+///   must be the one the next event is compared with, and because holding `state` keeps the
+///   pin from being closed (and its number reused by another open) during the read.
+/// - `kernel`: held around each change of the kernel's watch set (`inotify_init1` and the
+///   instance's registration, `inotify_add_watch`, `inotify_rm_watch`, closing a pin, opening
+///   a watched directory's parent) together with the table update its result decides. These
+///   calls stay under it because inotify gives one watch descriptor per inode: "add a watch,
+///   count a lease" and "count the last lease down, remove the watch" must not interleave, or
+///   an add that lands between a release's decision and its `inotify_rm_watch` gets back the
+///   descriptor that `inotify_rm_watch` then removes, and the new lease holds a watch the
+///   kernel no longer has. `kernel` is held for one object's calls at a time, never across a
+///   walk: a tree watcher takes it once per directory, so other watchers and sources go on
+///   between two of its directories. The draining thread takes it only for an event that
+///   may let a lease go or move a parent link (`needsKernel`), and for a mount-table change.
+/// - A new watch descriptor is entered in the table just after `inotify_add_watch`, under
+///   `state`; an event the draining thread reads for it before that is dropped, which loses
+///   nothing: nobody subscribes to a watch before its lease is returned.
+/// - A pin is closed only with `kernel` held, after `state` set it to -1: a pin read under
+///   `state` by the holder of `kernel` stays open until `kernel` is released.
+/// - A `state` section returns what it decided (`AfterState`: watches to remove, pins to
+///   close, a teardown); the caller does it after `state` is released. Merges into sources,
+///   calls to observers and jobs come after both locks; log lines after `state`.
+///
+/// Debug builds assert that no system call of the hub is made by a thread holding `state`,
+/// that every change of the kernel's watch set holds `kernel`, and after every `state`
+/// section the table's invariants: each watch in it is live, has a lease and sits under its
+/// own descriptor; parent links go both ways; no watch is left without an instance.
 final class InotifyHub: Sendable {
     static let shared = InotifyHub()
 
@@ -27,6 +49,7 @@ final class InotifyHub: Sendable {
     static let bufferSize = 64 * 1_024
 
     private struct State {
+        /// Set and cleared only with `kernel` held too.
         var instance: InotifyInstance?
         var watches: [Int32: InotifyWatch] = [:]
         var teardownScheduled = false
@@ -34,13 +57,39 @@ final class InotifyHub: Sendable {
         var closing = 0
     }
 
+    /// What a `state` section decided, for its caller to do once `state` is released.
+    private struct AfterState {
+        /// Kernel watches to remove (`inotify_rm_watch`): with `kernel` held.
+        var removals: [(instance: InotifyInstance, watchDescriptor: Int32)] = []
+        /// Pins to close: with `kernel` held.
+        var pins: [Int32] = []
+        var teardown: Teardown?
+
+        var needsKernel: Bool { !removals.isEmpty || !pins.isEmpty }
+    }
+
+    private enum Teardown {
+        /// A utility job closes the instance if no watch came back meanwhile.
+        case schedule
+        /// A test's hub (no registration): closed by the caller, which holds `kernel` and the
+        /// drain token; `state.closing` counts it until then.
+        case closeNow(InotifyInstance)
+    }
+
     private let state = Mutex<State>(State())
+    /// Serializes the changes of the kernel's watch set; see "Locks".
+    private let kernel = Mutex<Void>(())
     /// The drain token: one thread reads the inotify descriptor at a time.
     private let draining = Atomic<Bool>(false)
     /// A drain was asked for while the token was taken: the holder drains again.
     private let drainRequested = Atomic<Bool>(false)
     /// Tests hold draining to let the kernel's queue overflow for real.
     private let drainHeld = Atomic<Bool>(false)
+    #if DEBUG
+    /// The thread inside `state` and inside `kernel` (0: none), for the assertions.
+    private let stateOwner = Atomic<UInt>(0)
+    private let kernelOwner = Atomic<UInt>(0)
+    #endif
 
     /// Whether instances register with the reactor. Tests make hubs that do not, and drain
     /// them by hand (`requestDrain`), to control exactly when the queue is read.
@@ -54,9 +103,103 @@ final class InotifyHub: Sendable {
         self.simulatedWatchLimit = simulatedWatchLimit
     }
 
+    // MARK: The two locks
+
+    private func withState<Result, E: Error>(_ body: (inout State) throws(E) -> sending Result) throws(E) -> sending Result {
+        try state.locked { (state: inout sending State) throws(E) -> sending Result in
+            #if DEBUG
+            stateOwner.store(Self.currentThread, ordering: .relaxed)
+            defer {
+                Self.assertInvariants(state)
+                stateOwner.store(0, ordering: .relaxed)
+            }
+            #endif
+            return try body(&state)
+        }
+    }
+
+    private func withKernel<Result, E: Error>(_ body: () throws(E) -> sending Result) throws(E) -> sending Result {
+        assertOutsideState()
+        return try kernel.locked { (_: inout sending Void) throws(E) -> sending Result in
+            #if DEBUG
+            kernelOwner.store(Self.currentThread, ordering: .relaxed)
+            defer { kernelOwner.store(0, ordering: .relaxed) }
+            #endif
+            return try body()
+        }
+    }
+
+    /// Debug builds: the calling thread does not hold `state` (before a system call).
+    private func assertOutsideState() {
+        #if DEBUG
+        assert(stateOwner.load(ordering: .relaxed) != Self.currentThread,
+               "a system call with the inotify hub's state lock held")
+        #endif
+    }
+
+    /// Debug builds: the calling thread holds `kernel` and not `state`.
+    private func assertKernelSide() {
+        assertOutsideState()
+        #if DEBUG
+        assert(kernelOwner.load(ordering: .relaxed) == Self.currentThread,
+               "the kernel's watch set changed without the inotify hub's kernel lock")
+        #endif
+    }
+
+    #if DEBUG
+    private static var currentThread: UInt { UInt(pthread_self()) }
+
+    private static func assertInvariants(_ state: State) {
+        assert(state.instance != nil || state.watches.isEmpty, "inotify watches without an instance")
+        for (descriptor, watch) in state.watches {
+            assert(watch.watchDescriptor == descriptor && watch.isLive && watch.leases > 0,
+                   "an inotify watch in the table that is gone, unleased or under another descriptor")
+            if let parent = watch.parent {
+                assert(parent.childDirectories.contains { $0 === watch }, "a parent link one way only")
+            }
+            for child in watch.childDirectories {
+                assert(child.parent === watch, "a child link one way only")
+            }
+        }
+    }
+    #endif
+
+    /// Does what a `state` section decided; with `kernel` held when it removes watches or
+    /// closes pins. Returns whether a teardown job is to be queued: the caller queues it
+    /// (`scheduleTeardown`) once it holds no lock.
+    @discardableResult
+    private func finish(_ after: AfterState) -> Bool {
+        if after.needsKernel { assertKernelSide() } else { assertOutsideState() }
+        for removal in after.removals { _ = lull_inotify_rm_watch(removal.instance.descriptor, removal.watchDescriptor) }
+        for pin in after.pins { close(pin) }
+        switch after.teardown {
+        case .schedule?:
+            return true
+        case .closeNow(let instance)?:
+            assertKernelSide()
+            instance.close()
+            draining.store(false, ordering: .releasing)
+            withState { $0.closing -= 1 }
+        case nil:
+            break
+        }
+        return false
+    }
+
+    /// Queues the job that closes the instance if it is still idle (with no lock held: the
+    /// job may start a worker thread).
+    private func scheduleTeardown() {
+        assertOutsideState()
+        #if DEBUG
+        assert(kernelOwner.load(ordering: .relaxed) != Self.currentThread, "a job queued with the inotify hub's kernel lock held")
+        #endif
+        WorkQueue.global(qos: .utility).async { [self] in teardownIfIdle() }
+    }
+
     /// inotify_add_watch, or ENOSPC past the simulated limit.
-    private func addWatch(_ state: inout State, _ instance: InotifyInstance, _ path: RawPath, _ mask: InotifyMask) -> Int32 {
-        if let limit = simulatedWatchLimit, state.watches.count >= limit { return -ENOSPC }
+    private func addWatch(_ instance: InotifyInstance, _ path: RawPath, _ mask: InotifyMask) -> Int32 {
+        assertKernelSide()
+        if let limit = simulatedWatchLimit, withState({ $0.watches.count }) >= limit { return -ENOSPC }
         return path.withCString { lull_inotify_add_watch(instance.descriptor, $0, mask.rawValue) }
     }
 
@@ -92,21 +235,28 @@ final class InotifyHub: Sendable {
             throw FileSystemErrors.error(subject, code: statusError, step: .open)
         }
         let mask = mask(status.is_directory != 0)
-        return try state.locked { state throws(EventSourceError) -> InotifyLease in
+        var schedulesTeardown = false
+        defer { if schedulesTeardown { scheduleTeardown() } }
+        return try withKernel { () throws(EventSourceError) -> InotifyLease in
             let instance: InotifyInstance
             do throws(EventSourceError) {
-                instance = try ensureInstance(&state, subject: subject)
+                instance = try ensureInstance(subject: subject)
             } catch {
                 close(pin)
                 throw error
             }
-            let wd = addWatch(&state, instance, RawPath(bytes: InotifyWatch.procPath(of: pin).utf8), mask.union(.maskAdd))
+            let wd = addWatch(instance, RawPath(bytes: InotifyWatch.procPath(of: pin).utf8), mask.union(.maskAdd))
             guard wd >= 0 else {
                 close(pin)
-                scheduleTeardownIfIdle(&state)
+                schedulesTeardown = finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
                 throw FileSystemErrors.error(subject, code: -wd, step: .watch)
             }
-            let watch = adopt(&state, watchDescriptor: wd, status: status, pin: pin, mask: mask)
+            let (watch, after) = withState { state -> (InotifyWatch, AfterState) in
+                var after = AfterState()
+                let watch = adopt(&state, &after, watchDescriptor: wd, status: status, pin: pin, mask: mask)
+                return (watch, after)
+            }
+            finish(after)
             return InotifyLease(hub: self, watch: watch)
         }
     }
@@ -114,70 +264,93 @@ final class InotifyHub: Sendable {
     /// Watches the directory at `path` without pinning it (for tree watchers, which would
     /// otherwise hold a descriptor per directory): not following a final symbolic link.
     func acquireUnpinned(directory path: RawPath, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
-        try state.locked { state throws(EventSourceError) -> InotifyLease in
-            let instance = try ensureInstance(&state, subject: subject)
-            let wd = addWatch(&state, instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))
+        var schedulesTeardown = false
+        defer { if schedulesTeardown { scheduleTeardown() } }
+        return try withKernel { () throws(EventSourceError) -> InotifyLease in
+            let instance = try ensureInstance(subject: subject)
+            let wd = addWatch(instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))
             guard wd >= 0 else {
-                scheduleTeardownIfIdle(&state)
+                schedulesTeardown = finish(withState { state in AfterState(teardown: teardownDecision(&state, holdingKernel: true)) })
                 throw FileSystemErrors.error(subject, code: -wd, step: .watch)
             }
-            if let existing = state.watches[wd] {
-                existing.leases += 1
-                existing.kernelMask.formUnion(mask)
-                return InotifyLease(hub: self, watch: existing)
+            let (watch, after) = withState { state -> (InotifyWatch, AfterState) in
+                var after = AfterState()
+                if let existing = state.watches[wd] {
+                    existing.leases += 1
+                    existing.kernelMask.formUnion(mask)
+                    return (existing, after)
+                }
+                // No statx: a tree watcher adds thousands of these at once, and an unpinned
+                // watch needs only to know that it is a directory (IN_ONLYDIR made sure). Its
+                // device and inode stay unknown (0) until a source pins it (`adopt`).
+                var status = lull_object_status()
+                status.is_directory = 1
+                let watch = adopt(&state, &after, watchDescriptor: wd, status: status, pin: -1, mask: mask)
+                return (watch, after)
             }
-            // No statx: a tree watcher adds thousands of these at once, and an unpinned
-            // watch needs only to know that it is a directory (IN_ONLYDIR made sure). Its
-            // device and inode stay unknown (0) until a source pins it (`adopt`).
-            var status = lull_object_status()
-            status.is_directory = 1
-            let watch = adopt(&state, watchDescriptor: wd, status: status, pin: -1, mask: mask)
+            finish(after)
             return InotifyLease(hub: self, watch: watch)
         }
     }
 
     /// One lease fewer on `watch`; the last one removes the kernel watch and the pin.
     func release(_ watch: InotifyWatch) {
-        state.locked { state in
-            releaseLocked(&state, watch)
-            scheduleTeardownIfIdle(&state)
+        let schedulesTeardown = withKernel {
+            finish(withState { state in
+                var after = AfterState()
+                releaseLocked(&state, &after, watch)
+                after.teardown = teardownDecision(&state, holdingKernel: true)
+                return after
+            })
         }
+        if schedulesTeardown { scheduleTeardown() }
     }
 
     // MARK: Subscriptions
 
     /// From now on the source gets the events of its watch within `mask`.
     func subscribe(_ core: SourceCore, mask: FileSystemEvent, to lease: InotifyLease) {
-        state.locked { state in
-            let watch = lease.watch
-            guard watch.isLive else { return }
-            watch.refreshBaselines()
-            watch.sources.append(InotifyWatch.SourceSubscription(core: core, mask: mask))
-            widen(&state, watch, to: VnodeEventMapping.kernelMask(for: mask, isDirectory: watch.isDirectory))
-            if watch.needsParent, watch.parent == nil { linkParent(&state, watch) }
+        let watch = lease.watch
+        withKernel {
+            let needs = withState { _ -> (kernelMask: InotifyMask, parent: Bool)? in
+                guard watch.isLive else { return nil }
+                watch.refreshBaselines()
+                watch.sources.append(InotifyWatch.SourceSubscription(core: core, mask: mask))
+                return (VnodeEventMapping.kernelMask(for: mask, isDirectory: watch.isDirectory),
+                        watch.needsParent && watch.parent == nil)
+            }
+            guard let needs else { return }
+            widen(watch, to: needs.kernelMask)
+            if needs.parent { linkParent(watch) }
         }
     }
 
     /// When this returns, the source gets nothing more from the hub.
     func unsubscribe(_ core: SourceCore, from lease: InotifyLease) {
-        state.locked { state in
-            let watch = lease.watch
-            watch.sources.removeAll { $0.core === core }
-            if !watch.needsParent, watch.parent != nil { unlinkParent(&state, watch) }
+        let watch = lease.watch
+        withKernel {
+            _ = finish(withState { state in
+                var after = AfterState()
+                watch.sources.removeAll { $0.core === core }
+                if !watch.needsParent, watch.parent != nil { unlinkParent(&state, &after, watch) }
+                return after
+            })
         }
     }
 
     func observe(_ observer: any InotifyObserver, mask: InotifyMask, on lease: InotifyLease) {
-        state.locked { state in
-            let watch = lease.watch
-            guard watch.isLive else { return }
+        let watch = lease.watch
+        let widens = withState { _ -> Bool in
+            guard watch.isLive else { return false }
             watch.observers.append(InotifyWatch.ObserverSubscription(observer: observer, mask: mask))
-            widen(&state, watch, to: mask)
+            return watch.pin >= 0 && !watch.kernelMask.isSuperset(of: mask)
         }
+        // An unpinned watch is leased with its full mask: a walk takes no lock here.
+        if widens { withKernel { widen(watch, to: mask) } }
     }
 
     func stopObserving(_ observer: any InotifyObserver, on lease: InotifyLease) {
-        state.locked { _ in
+        withState { _ in
             lease.watch.observers.removeAll { $0.observer === observer }
         }
     }
@@ -205,7 +378,7 @@ final class InotifyHub: Sendable {
 
     /// Reads up to the budget; true when the queue was found empty.
     private func drainPass() -> Bool {
-        guard let instance = state.locked({ $0.instance }) else { return true }
+        guard let instance = withState({ $0.instance }) else { return true }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.bufferSize, alignment: 8)
         defer { buffer.deallocate() }
         var events: [InotifyEvent] = []
@@ -234,13 +407,13 @@ final class InotifyHub: Sendable {
 
     /// Test hook: reads the mount table now, as when it changes.
     func checkMountsNow() {
-        guard let instance = state.locked({ $0.instance }) else { return }
+        guard let instance = withState({ $0.instance }) else { return }
         mountTableChanged(instance)
     }
 
     /// Test hook: handles a synthetic overflow exactly as a real IN_Q_OVERFLOW.
     func injectOverflow() {
-        guard let instance = state.locked({ $0.instance }) else { return }
+        guard let instance = withState({ $0.instance }) else { return }
         dispatch([InotifyEvent(watchDescriptor: -1, mask: .queueOverflow, cookie: 0, name: nil)], from: instance)
     }
 
@@ -275,56 +448,105 @@ final class InotifyHub: Sendable {
         }
     }
 
+    /// Maps one read's events, in order. Runs of events that only read and update the table
+    /// are handled under `state`; an event that may let a lease go or move a parent link
+    /// (`needsKernel`) is handled alone with `kernel` held too, and its parent links are made
+    /// again before the next event is handled, as if under one lock.
     private func dispatch(_ events: [InotifyEvent], from instance: InotifyInstance) {
-        let deliveries = state.locked { state -> Deliveries in
-            var deliveries = Deliveries()
-            guard state.instance === instance else { return deliveries }
-            // Moves whose two halves are in the same directory (renames inside it).
-            var movedFrom: [Int32: Set<UInt32>] = [:]
-            var movedTo: [Int32: Set<UInt32>] = [:]
-            for event in events where event.cookie != 0 {
-                if event.mask.contains(.movedFrom) { movedFrom[event.watchDescriptor, default: []].insert(event.cookie) }
-                if event.mask.contains(.movedTo) { movedTo[event.watchDescriptor, default: []].insert(event.cookie) }
+        if events.contains(where: { $0.mask.contains(.queueOverflow) }) {
+            RuntimeLog.once("inotify-overflow") {
+                "the inotify queue overflowed (fs.inotify.max_queued_events = \(lull_read_proc_integer("/proc/sys/fs/inotify/max_queued_events"))); file-system sources were sent every event that may have happened"
             }
-            for event in events {
-                if event.mask.contains(.queueOverflow) {
-                    handleOverflow(&state, &deliveries)
-                    continue
+        }
+        // Moves whose two halves are in the same directory (renames inside it).
+        var movedFrom: [Int32: Set<UInt32>] = [:]
+        var movedTo: [Int32: Set<UInt32>] = [:]
+        for event in events where event.cookie != 0 {
+            if event.mask.contains(.movedFrom) { movedFrom[event.watchDescriptor, default: []].insert(event.cookie) }
+            if event.mask.contains(.movedTo) { movedTo[event.watchDescriptor, default: []].insert(event.cookie) }
+        }
+        var internalMoves: [Int32: Set<UInt32>] = [:]
+        for (descriptor, from) in movedFrom {
+            if let to = movedTo[descriptor] { internalMoves[descriptor] = from.intersection(to) }
+        }
+        var deliveries = Deliveries()
+        var next = 0
+        while next < events.count {
+            let (end, after) = withState { state -> (Int, AfterState) in
+                guard state.instance === instance else { return (events.count, AfterState()) }
+                var index = next
+                var after = AfterState()
+                var relinks: [InotifyWatch] = []
+                while index < events.count, !needsKernel(events[index], state) {
+                    handle(events[index], &state, &deliveries, &after, &relinks, internalMoves: internalMoves)
+                    index += 1
                 }
-                guard let watch = state.watches[event.watchDescriptor], watch.isLive else { continue }
-                if !watch.sources.isEmpty {
-                    let internalMoves = (movedFrom[event.watchDescriptor] ?? []).intersection(movedTo[event.watchDescriptor] ?? [])
-                    deliveries.merge(VnodeEventMapping.events(for: event, on: watch, internalMoves: internalMoves), into: watch)
-                }
-                deliveries.observe(event, on: watch)
-                if !watch.childDirectories.isEmpty, event.name != nil, event.mask.contains(.isDirectory),
-                   !event.mask.isDisjoint(with: [.delete, .movedTo]) {
-                    for child in watch.childDirectories {
-                        deliveries.merge(VnodeEventMapping.removalOfDirectory(child), into: child)
-                    }
-                }
-                if event.mask.contains(.moveSelf), watch.parent != nil {
-                    // It may have moved to another directory: follow it there.
-                    unlinkParent(&state, watch)
-                    linkParent(&state, watch)
-                }
-                if event.mask.contains(.ignored) {
-                    forget(&state, watch)
-                }
+                assert(!after.needsKernel && relinks.isEmpty, "an event that needs the kernel lock handled without it")
+                after.teardown = teardownDecision(&state, holdingKernel: false)
+                return (index, after)
             }
-            scheduleTeardownIfIdle(&state)
-            return deliveries
+            if finish(after) { scheduleTeardown() }
+            guard end < events.count else { break }
+            let event = events[end]
+            next = end + 1
+            let schedulesTeardown = withKernel { () -> Bool in
+                var relinks: [InotifyWatch] = []
+                let schedules = finish(withState { state -> AfterState in
+                    var after = AfterState()
+                    guard state.instance === instance else { return after }
+                    handle(event, &state, &deliveries, &after, &relinks, internalMoves: internalMoves)
+                    after.teardown = teardownDecision(&state, holdingKernel: true)
+                    return after
+                })
+                for watch in relinks { linkParent(watch) }
+                return schedules
+            }
+            if schedulesTeardown { scheduleTeardown() }
         }
         deliveries.deliver()
     }
 
-    /// IN_Q_OVERFLOW: events were lost for every watch. Sources get what may have happened;
-    /// observers are told to rescan; the directory links are re-established.
-    private func handleOverflow(_ state: inout State, _ deliveries: inout Deliveries) {
-        FileSystemDiagnostics.recordOverflow()
-        RuntimeLog.once("inotify-overflow") {
-            "the inotify queue overflowed (fs.inotify.max_queued_events = \(lull_read_proc_integer("/proc/sys/fs/inotify/max_queued_events"))); file-system sources were sent every event that may have happened"
+    /// Whether handling `event` may let a lease go (and so remove a kernel watch or close a
+    /// pin) or must make a parent link again: then it is handled with `kernel` held.
+    private func needsKernel(_ event: InotifyEvent, _ state: State) -> Bool {
+        if event.mask.contains(.queueOverflow) { return true }
+        guard let watch = state.watches[event.watchDescriptor], watch.isLive, watch.parent != nil else { return false }
+        return !event.mask.isDisjoint(with: [.moveSelf, .ignored])
+    }
+
+    private func handle(_ event: InotifyEvent, _ state: inout State, _ deliveries: inout Deliveries,
+                        _ after: inout AfterState, _ relinks: inout [InotifyWatch], internalMoves: [Int32: Set<UInt32>]) {
+        if event.mask.contains(.queueOverflow) {
+            handleOverflow(&state, &deliveries, &after, &relinks)
+            return
         }
+        guard let watch = state.watches[event.watchDescriptor], watch.isLive else { return }
+        if !watch.sources.isEmpty {
+            deliveries.merge(VnodeEventMapping.events(for: event, on: watch, internalMoves: internalMoves[event.watchDescriptor] ?? []),
+                             into: watch)
+        }
+        deliveries.observe(event, on: watch)
+        if !watch.childDirectories.isEmpty, event.name != nil, event.mask.contains(.isDirectory),
+           !event.mask.isDisjoint(with: [.delete, .movedTo]) {
+            for child in watch.childDirectories {
+                deliveries.merge(VnodeEventMapping.removalOfDirectory(child), into: child)
+            }
+        }
+        if event.mask.contains(.moveSelf), watch.parent != nil {
+            // It may have moved to another directory: follow it there.
+            unlinkParent(&state, &after, watch)
+            relinks.append(watch)
+        }
+        if event.mask.contains(.ignored) {
+            forget(&state, &after, watch)
+        }
+    }
+
+    /// IN_Q_OVERFLOW: events were lost for every watch. Sources get what may have happened;
+    /// observers are told to rescan; the directory links are made again.
+    private func handleOverflow(_ state: inout State, _ deliveries: inout Deliveries,
+                                _ after: inout AfterState, _ relinks: inout [InotifyWatch]) {
+        FileSystemDiagnostics.recordOverflow()
         for watch in Array(state.watches.values) where watch.isLive {
             if !watch.sources.isEmpty {
                 deliveries.merge(VnodeEventMapping.conservativeEvents(for: watch), into: watch)
@@ -333,8 +555,8 @@ final class InotifyHub: Sendable {
                 deliveries.overflowed[ObjectIdentifier(subscription.observer)] = subscription.observer
             }
             if watch.parent != nil {
-                unlinkParent(&state, watch)
-                linkParent(&state, watch)
+                unlinkParent(&state, &after, watch)
+                relinks.append(watch)
             }
         }
     }
@@ -349,30 +571,36 @@ final class InotifyHub: Sendable {
         defer { lull_free(text) }
         let mounted = MountTable.mountIDs(UnsafeRawBufferPointer(start: text, count: Int(length)))
         guard !mounted.isEmpty else { return }
-        let deliveries = state.locked { state -> Deliveries in
+        let (deliveries, schedulesTeardown) = withKernel { () -> (Deliveries, Bool) in
             var deliveries = Deliveries()
-            guard state.instance === instance else { return deliveries }
-            for watch in Array(state.watches.values)
-            where watch.isLive && watch.pin >= 0 && watch.mountID != 0 && !mounted.contains(watch.mountID) {
-                watch.revokeReported = true
-                deliveries.merge(.revoke, into: watch)
-                deliveries.observe(InotifyEvent(watchDescriptor: watch.watchDescriptor, mask: .unmount, cookie: 0, name: nil), on: watch)
-                // Let the file system go: drop the kernel watch and the pin now.
-                if let instance = state.instance { _ = lull_inotify_rm_watch(instance.descriptor, watch.watchDescriptor) }
-                forget(&state, watch)
-                close(watch.pin)
-                watch.pin = -1
-            }
-            scheduleTeardownIfIdle(&state)
-            return deliveries
+            let schedules = finish(withState { state -> AfterState in
+                var after = AfterState()
+                guard state.instance === instance else { return after }
+                for watch in Array(state.watches.values)
+                where watch.isLive && watch.pin >= 0 && watch.mountID != 0 && !mounted.contains(watch.mountID) {
+                    watch.revokeReported = true
+                    deliveries.merge(.revoke, into: watch)
+                    deliveries.observe(InotifyEvent(watchDescriptor: watch.watchDescriptor, mask: .unmount, cookie: 0, name: nil), on: watch)
+                    // Let the file system go: drop the kernel watch and the pin now.
+                    after.removals.append((instance, watch.watchDescriptor))
+                    forget(&state, &after, watch)
+                    after.pins.append(watch.pin)
+                    watch.pin = -1
+                }
+                after.teardown = teardownDecision(&state, holdingKernel: true)
+                return after
+            })
+            return (deliveries, schedules)
         }
+        if schedulesTeardown { scheduleTeardown() }
         deliveries.deliver()
     }
 
-    // MARK: Under the lock
+    // MARK: With `kernel` held, outside `state`
 
-    private func ensureInstance(_ state: inout State, subject: String) throws(EventSourceError) -> InotifyInstance {
-        if let instance = state.instance { return instance }
+    private func ensureInstance(subject: String) throws(EventSourceError) -> InotifyInstance {
+        assertKernelSide()
+        if let instance = withState({ $0.instance }) { return instance }
         let descriptor = lull_inotify_init()
         guard descriptor >= 0 else { throw FileSystemErrors.error(subject, code: -descriptor, step: .instance) }
         let mountTable = lull_open_read_only("/proc/self/mountinfo", 1)
@@ -382,23 +610,104 @@ final class InotifyHub: Sendable {
             }
         }
         let instance = InotifyInstance(descriptor: descriptor, mountTable: max(mountTable, -1))
-        guard registersWithReactor else {
-            state.instance = instance
-            return instance
+        if registersWithReactor {
+            do throws(ReactorError) {
+                try instance.register(hub: self)
+            } catch {
+                instance.close()
+                throw EventSourceError(subject: subject, code: error.errno,
+                                       reason: "the reactor refused the inotify descriptor: \(String(cString: strerror(error.errno)))")
+            }
         }
-        do throws(ReactorError) {
-            try instance.register(hub: self)
-        } catch {
-            instance.close()
-            throw EventSourceError(subject: subject, code: error.errno,
-                                   reason: "the reactor refused the inotify descriptor: \(String(cString: strerror(error.errno)))")
-        }
-        state.instance = instance
+        withState { $0.instance = instance }
         return instance
     }
 
-    private func adopt(_ state: inout State, watchDescriptor wd: Int32, status: lull_object_status,
-                       pin: Int32, mask: InotifyMask) -> InotifyWatch {
+    /// Widens the kernel mask of a pinned watch to `mask` (through its pin).
+    private func widen(_ watch: InotifyWatch, to mask: InotifyMask) {
+        assertKernelSide()
+        let target = withState { state -> (pin: Int32, instance: InotifyInstance)? in
+            // Unpinned watches are leased with their full mask; nothing to widen through.
+            guard watch.isLive, !watch.kernelMask.isSuperset(of: mask), watch.pin >= 0, let instance = state.instance else { return nil }
+            return (watch.pin, instance)
+        }
+        guard let target else { return }
+        let wd = lull_inotify_add_watch(target.instance.descriptor, InotifyWatch.procPath(of: target.pin),
+                                        mask.union(.maskAdd).rawValue)
+        if wd == watch.watchDescriptor {
+            withState { _ in
+                watch.kernelMask.formUnion(mask)
+                watch.refreshBaselines()
+            }
+        } else if wd < 0 {
+            RuntimeLog.once("inotify-widen-\(-wd)") {
+                "widening an inotify watch failed: \(FileSystemErrors.reason(code: -wd, step: .watch))"
+            }
+        }
+    }
+
+    /// Watches the parent of a watched directory for its removal (see `InotifyWatch.parent`).
+    private func linkParent(_ watch: InotifyWatch) {
+        assertKernelSide()
+        let target = withState { state -> (pin: Int32, device: UInt64, inode: UInt64, instance: InotifyInstance)? in
+            guard watch.isLive, watch.pin >= 0, watch.parent == nil, watch.needsParent, let instance = state.instance else { return nil }
+            return (watch.pin, watch.device, watch.inode, instance)
+        }
+        guard let target else { return }
+        let parentPin = lull_open_parent_directory(target.pin)
+        guard parentPin >= 0 else { return }
+        var status = lull_object_status()
+        guard lull_object_status_of(parentPin, &status) == 0,
+              status.device == target.device, status.inode != target.inode else {
+            // The root, or a mount point's root (which cannot be removed while mounted).
+            close(parentPin)
+            return
+        }
+        let mask: InotifyMask = [.delete, .movedTo]
+        let wd = lull_inotify_add_watch(target.instance.descriptor, InotifyWatch.procPath(of: parentPin),
+                                        mask.union(.maskAdd).rawValue)
+        guard wd >= 0 else {
+            close(parentPin)
+            RuntimeLog.once("inotify-parent-\(-wd)") {
+                "watching the parent of a watched directory failed (\(FileSystemErrors.reason(code: -wd, step: .watch))); its removal will be reported when its last descriptor closes"
+            }
+            return
+        }
+        finish(withState { state -> AfterState in
+            var after = AfterState()
+            let parent = adopt(&state, &after, watchDescriptor: wd, status: status, pin: parentPin, mask: mask)
+            watch.parent = parent
+            parent.childDirectories.append(watch)
+            // Gone or unsubscribed while the parent was opened: let the parent go again.
+            if !watch.isLive || !watch.needsParent { unlinkParent(&state, &after, watch) }
+            return after
+        })
+    }
+
+    /// Closes the instance if no watch came back meanwhile.
+    private func teardownIfIdle() {
+        let idle = withKernel {
+            withState { state -> InotifyInstance? in
+                state.teardownScheduled = false
+                guard state.watches.isEmpty, let instance = state.instance else { return nil }
+                state.instance = nil
+                state.closing += 1
+                return instance
+            }
+        }
+        guard let idle else { return }
+        // Take the drain token, so that nobody reads the descriptor while it closes.
+        while draining.exchange(true, ordering: .acquiringAndReleasing) { sched_yield() }
+        idle.close()
+        draining.store(false, ordering: .releasing)
+        withState { $0.closing -= 1 }
+        if drainRequested.load(ordering: .acquiring) { requestDrain() }
+    }
+
+    // MARK: Under `state`
+
+    private func adopt(_ state: inout State, _ after: inout AfterState, watchDescriptor wd: Int32,
+                       status: lull_object_status, pin: Int32, mask: InotifyMask) -> InotifyWatch {
         if let existing = state.watches[wd] {
             let sameObject = existing.device == status.device && existing.inode == status.inode
             if sameObject || status.inode == 0 || existing.inode == 0 {
@@ -412,14 +721,14 @@ final class InotifyHub: Sendable {
                         existing.mountID = status.mount_id
                         existing.refreshBaselines()
                     } else {
-                        close(pin)
+                        after.pins.append(pin)
                     }
                 }
                 return existing
             }
             // The kernel dropped that watch and reused its number before its IN_IGNORED
             // was read: the old one is gone.
-            forget(&state, existing)
+            forget(&state, &after, existing)
         }
         let watch = InotifyWatch(watchDescriptor: wd, status: status)
         watch.pin = pin
@@ -429,33 +738,15 @@ final class InotifyHub: Sendable {
         return watch
     }
 
-    private func widen(_ state: inout State, _ watch: InotifyWatch, to mask: InotifyMask) {
-        guard !watch.kernelMask.isSuperset(of: mask), let instance = state.instance else { return }
-        guard watch.pin >= 0 else {
-            // Unpinned watches are leased with their full mask; nothing to widen through.
-            return
-        }
-        let wd = lull_inotify_add_watch(instance.descriptor, InotifyWatch.procPath(of: watch.pin),
-                                        mask.union(.maskAdd).rawValue)
-        if wd == watch.watchDescriptor {
-            watch.kernelMask.formUnion(mask)
-            watch.refreshBaselines()
-        } else if wd < 0 {
-            RuntimeLog.once("inotify-widen-\(-wd)") {
-                "widening an inotify watch failed: \(FileSystemErrors.reason(code: -wd, step: .watch))"
-            }
-        }
-    }
-
-    private func releaseLocked(_ state: inout State, _ watch: InotifyWatch) {
+    private func releaseLocked(_ state: inout State, _ after: inout AfterState, _ watch: InotifyWatch) {
         watch.leases -= 1
         guard watch.leases <= 0 else { return }
         if watch.isLive, state.watches[watch.watchDescriptor] === watch, let instance = state.instance {
-            _ = lull_inotify_rm_watch(instance.descriptor, watch.watchDescriptor)
+            after.removals.append((instance, watch.watchDescriptor))
         }
-        forget(&state, watch)
+        forget(&state, &after, watch)
         if watch.pin >= 0 {
-            close(watch.pin)
+            after.pins.append(watch.pin)
             watch.pin = -1
         }
         watch.sources.removeAll()
@@ -463,87 +754,43 @@ final class InotifyHub: Sendable {
     }
 
     /// The kernel watch is gone (or being removed): out of the table, no more events.
-    private func forget(_ state: inout State, _ watch: InotifyWatch) {
+    private func forget(_ state: inout State, _ after: inout AfterState, _ watch: InotifyWatch) {
         watch.isLive = false
         if state.watches[watch.watchDescriptor] === watch {
             state.watches[watch.watchDescriptor] = nil
         }
-        unlinkParent(&state, watch)
+        unlinkParent(&state, &after, watch)
         for child in watch.childDirectories where child.parent === watch {
             child.parent = nil
         }
         watch.childDirectories.removeAll()
     }
 
-    /// Watches the parent of a watched directory for its removal (see `InotifyWatch.parent`).
-    private func linkParent(_ state: inout State, _ watch: InotifyWatch) {
-        guard watch.isLive, watch.pin >= 0, let instance = state.instance else { return }
-        let parentPin = lull_open_parent_directory(watch.pin)
-        guard parentPin >= 0 else { return }
-        var status = lull_object_status()
-        guard lull_object_status_of(parentPin, &status) == 0,
-              status.device == watch.device, status.inode != watch.inode else {
-            // The root, or a mount point's root (which cannot be removed while mounted).
-            close(parentPin)
-            return
-        }
-        let mask: InotifyMask = [.delete, .movedTo]
-        let wd = lull_inotify_add_watch(instance.descriptor, InotifyWatch.procPath(of: parentPin),
-                                        mask.union(.maskAdd).rawValue)
-        guard wd >= 0 else {
-            close(parentPin)
-            RuntimeLog.once("inotify-parent-\(-wd)") {
-                "watching the parent of a watched directory failed (\(FileSystemErrors.reason(code: -wd, step: .watch))); its removal will be reported when its last descriptor closes"
-            }
-            return
-        }
-        let parent = adopt(&state, watchDescriptor: wd, status: status, pin: parentPin, mask: mask)
-        watch.parent = parent
-        parent.childDirectories.append(watch)
-    }
-
-    private func unlinkParent(_ state: inout State, _ watch: InotifyWatch) {
+    private func unlinkParent(_ state: inout State, _ after: inout AfterState, _ watch: InotifyWatch) {
         guard let parent = watch.parent else { return }
         watch.parent = nil
         parent.childDirectories.removeAll { $0 === watch }
-        releaseLocked(&state, parent)
+        releaseLocked(&state, &after, parent)
     }
 
-    private func scheduleTeardownIfIdle(_ state: inout State) {
-        guard state.watches.isEmpty, let instance = state.instance, !state.teardownScheduled else { return }
-        if !registersWithReactor, !draining.exchange(true, ordering: .acquiringAndReleasing) {
-            // No registration to remove (a test's hub): close at once, on this thread.
-            state.instance = nil
-            instance.close()
-            draining.store(false, ordering: .releasing)
-            return
-        }
-        state.teardownScheduled = true
-        WorkQueue.global(qos: .utility).async { [self] in teardownIfIdle() }
-    }
-
-    /// Closes the instance if no watch came back meanwhile.
-    private func teardownIfIdle() {
-        let idle = state.locked { state -> InotifyInstance? in
-            state.teardownScheduled = false
-            guard state.watches.isEmpty, let instance = state.instance else { return nil }
+    /// Whether the last watch is gone: then the instance is closed (at once for a test's
+    /// hub when the caller holds `kernel` and nobody drains, else from a utility job).
+    private func teardownDecision(_ state: inout State, holdingKernel: Bool) -> Teardown? {
+        guard state.watches.isEmpty, let instance = state.instance, !state.teardownScheduled else { return nil }
+        if !registersWithReactor, holdingKernel, !draining.exchange(true, ordering: .acquiringAndReleasing) {
+            // No registration to remove (a test's hub): the caller closes it, on this thread.
             state.instance = nil
             state.closing += 1
-            return instance
+            return .closeNow(instance)
         }
-        guard let idle else { return }
-        // Take the drain token, so that nobody reads the descriptor while it closes.
-        while draining.exchange(true, ordering: .acquiringAndReleasing) { sched_yield() }
-        idle.close()
-        draining.store(false, ordering: .releasing)
-        state.locked { $0.closing -= 1 }
-        if drainRequested.load(ordering: .acquiring) { requestDrain() }
+        state.teardownScheduled = true
+        return .schedule
     }
 
     /// For tests: whether the hub has an instance open (or still closing), and how many
     /// watches.
     var snapshot: (hasInstance: Bool, watches: Int) {
-        state.locked { ($0.instance != nil || $0.closing > 0, $0.watches.count) }
+        withState { ($0.instance != nil || $0.closing > 0, $0.watches.count) }
     }
 }
 

@@ -17,8 +17,8 @@ import Glibc
 /// from `.attrib` and how `.delete` is seen at the unlink.
 ///
 /// `@unchecked Sendable`: the watch is handed between threads inside `InotifyHub`'s state
-/// and leases; every mutable property is read and written only with the hub's lock held
-/// (the `let`s are set before the watch is published).
+/// and leases; every mutable property is read and written only with the hub's `state` lock
+/// held (the `let`s are set before the watch is published).
 final class InotifyWatch: @unchecked Sendable {
     struct SourceSubscription {
         let core: SourceCore

@@ -7,59 +7,17 @@ import Glibc
 /// The tree watcher's state and logic; the hub holds it (as an observer) while it watches,
 /// the program holds the `DirectoryTreeWatcher`, whose release cancels it.
 ///
-/// ## Who owns what
+/// The state model (who owns what, why a walk holds no lock and how changes during it are
+/// reconciled, moves: watched, pending, departed and outside directories) is in
+/// docs/FileSystem.md, "The tree watcher". In short: `control` (a mutex, never held over a
+/// system call) has the public state; `tree` is confined (to `activate()`'s walk before the
+/// processing queue starts, then to that serial queue) and never locked; events that arrive
+/// during a walk wait as jobs behind it.
 ///
-/// - `control` (a mutex, held only for a few loads and stores, never over a system call):
-///   `activated`, `cancelled`, the handler, the stream, `lastError`.
-/// - `tree`: every watch, path, pending move and the batch being built. It is *confined*:
-///   only the walk in `activate()` touches it, before the processing queue (created
-///   inactive) is activated, and after that only jobs on that serial queue. So a walk of
-///   thousands of directories holds no lock: the public calls never wait for it, and the
-///   events that arrive meanwhile wait as jobs on the processing queue and are handled
-///   after the walk, against the tree it built (none is lost). Debug builds assert that no
-///   two threads are ever inside `tree` at once.
-///
-/// ## Moves
-///
-/// inotify reports a rename as IN_MOVED_FROM on the old parent and IN_MOVED_TO on the new
-/// one, with one cookie; a watch follows its inode (a directory moved keeps its watch
-/// descriptor, wherever it goes, and gets IN_MOVE_SELF), and a directory that comes back is
-/// the same inode, so adding a watch on it returns the same watch. A move into or out of the
-/// tree has one half only. The two halves of a rename are usually next to each other in the
-/// queue, but other events may come between them, and a read may end between them.
-///
-/// - A directory of the tree is *watched* (`tree.directories`: watch → path), or *departed*
-///   (`tree.departed`): it was the subject, or below the subject, of an IN_MOVED_FROM.
-///   A departed directory keeps its lease, and with it its watch descriptor.
-/// - IN_MOVED_FROM with cookie c: `.removed` is put in the batch at that point (a
-///   placeholder slot), `tree.pendingMoves[c]` remembers the path and the slot, and the
-///   directories at and below the path depart with `move = c`. Events on departed
-///   directories are *held* in the pending move (at most `heldEventLimit`; beyond it the move
-///   only remembers that some were let go); IN_IGNORED lets a departed directory go at once.
-/// - IN_MOVED_TO with a pending cookie: a rename. The placeholder is retracted and
-///   `.renamed(from:)` put in the batch there; the directories departed with c are watched
-///   again under the new path, and the events held for them are handled as if they came now
-///   (or, if some were let go, `.mustRescan` for the new path); the new path is walked for
-///   directories not watched yet.
-/// - IN_MOVED_TO without a pending cookie: something came in: `.created`, and for a
-///   directory a walk that reports its contents as `.created`. A departed directory that the
-///   walk meets (its watch is the same) is watched again, under the path where the walk met
-///   it; what happened to it while it was out is what the walk finds.
-/// - At each flush (the batch's timer), the pending moves that got no second half left the
-///   tree: their placeholders stay `.removed` and their departed directories become
-///   *outside* (`move = nil`, `leftAt` = that flush). An outside directory's events are not
-///   reported. It is let go at the next flush, unless a walk meets it first (a move back
-///   whose IN_MOVED_TO came after that flush): the grace of one latency keeps its watch, so
-///   nothing in it is lost.
-/// - IN_MOVED_FROM without a cookie (never from the kernel for a rename): `.removed`, and the
-///   directories below are let go at once.
-/// - An overflow (IN_Q_OVERFLOW): `.mustRescan` for the root, directories no longer found
-///   at their paths are let go, and the tree is walked again (which also takes back departed
-///   directories it meets); pending moves resolve at the next flush as above.
-///
-/// Invariants (asserted in debug builds): a departed directory with a `move` has that move
-/// in `pendingMoves`; a watch is in at most one of `directories` and `departed`; the
-/// batch's index names the last live change of each path.
+/// Invariants (asserted in debug builds): no two threads are inside `tree` at once; a
+/// departed directory with a `move` has that move in `pendingMoves`; a watch is in at most
+/// one of `directories` and `departed`; the batch's index names the last live change of
+/// each path.
 final class TreeWatcherCore: InotifyObserver {
     typealias Change = DirectoryTreeWatcher.Change
 

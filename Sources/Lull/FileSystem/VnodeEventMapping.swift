@@ -1,25 +1,9 @@
 import CLullShims
 
 /// How inotify's events become kqueue's EVFILT_VNODE events (Darwin's rules, from XNU's
-/// vnode operations), for one watch. Runs with the hub's lock held, on the draining thread.
-///
-/// | what happened | kqueue (Darwin) | inotify | Lull |
-/// |---|---|---|---|
-/// | write(2) | WRITE (+ EXTEND if it grew) | IN_MODIFY | `.write`, `.extend` when the size read through the pin grew |
-/// | truncate | WRITE (+ EXTEND) | IN_MODIFY | the same |
-/// | chmod, chown, utimes | ATTRIB | IN_ATTRIB | `.attrib` when the link count did not change |
-/// | link(2) of the object | LINK | IN_ATTRIB | `.link` (the link count grew) |
-/// | unlink(2) of the object | DELETE \| LINK | IN_ATTRIB (IN_DELETE_SELF when freed) | `.delete` + `.link` (the link count fell) |
-/// | rmdir(2) of a watched directory | DELETE \| LINK | nothing while it is open (the pin) | `.delete` + `.link`, from the parent's IN_DELETE and the link count 0 |
-/// | renamed over (the victim) | DELETE | IN_ATTRIB | `.delete` + `.link` |
-/// | rename(2) of the object | RENAME | IN_MOVE_SELF | `.rename` |
-/// | entry created, removed, renamed in a directory | WRITE | IN_CREATE/DELETE/MOVED_* | `.write` |
-/// | subdirectory created, removed, moved in or out | WRITE \| LINK | the same, with IN_ISDIR | `.write` + `.link` (not for a rename inside the directory) |
-/// | file system unmounted | REVOKE | IN_UNMOUNT | `.revoke` (and on a lazy unmount, from the mount table) |
-///
-/// Two identical inotify events in a row are merged by the kernel, so a link then an unlink
-/// before the queue is read may show up as one IN_ATTRIB with an unchanged link count, i.e.
-/// `.attrib`: the link count is read when the event is, not when it happened.
+/// vnode operations), for one watch; the table, with the test of each row, is in
+/// docs/FileSystem.md. Runs with the hub's `state` lock held, on the draining thread (the
+/// status it reads through the pin is the one system call made under that lock).
 enum VnodeEventMapping {
     /// The inotify events a watch needs for sources that want `mask`.
     static func kernelMask(for mask: FileSystemEvent, isDirectory: Bool) -> InotifyMask {
