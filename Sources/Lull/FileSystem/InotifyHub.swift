@@ -75,7 +75,7 @@ final class InotifyHub: Sendable {
             throw EventSourceError(subject: subject, code: EBADF, reason: "\(String(cString: strerror(EBADF))): negative descriptor")
         }
         let check = lull_fd_check(descriptor)
-        guard check == 0 else { throw FileSystemErrors.error(subject, code: check, step: .descriptor) }
+        guard check == 0 else { throw FileSystemErrors.error(subject, code: -check, step: .descriptor) }
         let pin = lull_open_object(InotifyWatch.procPath(of: descriptor), 1)
         guard pin >= 0 else { throw FileSystemErrors.error(subject, code: -pin, step: .descriptor) }
         return try acquire(pin: pin, subject: subject, mask: mask)
@@ -89,7 +89,7 @@ final class InotifyHub: Sendable {
         let statusError = lull_object_status_of(pin, &status)
         guard statusError == 0 else {
             close(pin)
-            throw FileSystemErrors.error(subject, code: statusError, step: .open)
+            throw FileSystemErrors.error(subject, code: -statusError, step: .open)
         }
         let mask = mask(status.is_directory != 0)
         return try state.locked { state throws(EventSourceError) -> InotifyLease in
@@ -344,8 +344,9 @@ final class InotifyHub: Sendable {
     /// The mount table changed: a watched object whose mount is no longer in it was on a
     /// file system that went away (a lazy unmount).
     func mountTableChanged(_ instance: InotifyInstance) {
+        var text: UnsafeMutablePointer<CChar>?
         var length: UInt = 0
-        guard let text = lull_read_small_file("/proc/self/mountinfo", &length) else { return }
+        guard lull_read_small_file("/proc/self/mountinfo", &text, &length) == 0, let text else { return }
         defer { lull_free(text) }
         let mounted = MountTable.mountIDs(UnsafeRawBufferPointer(start: text, count: Int(length)))
         guard !mounted.isEmpty else { return }

@@ -79,7 +79,10 @@ final class ThreadState {
             guard let pointer else { return }
             Unmanaged<ThreadState>.fromOpaque(pointer).release()
         }
-        guard result == 0 else { fatalError("Lull: pthread_key_create failed with \(result)") }
+        guard result == 0 else {
+            lullFatal("cannot make the key of its per-thread state", error: SystemError("pthread_key_create", code: result),
+                      remedy: "The process has used all of its PTHREAD_KEYS_MAX thread-specific keys")
+        }
         return key
     }()
 

@@ -28,8 +28,11 @@ enum SystemClock {
 
     private static func read(_ clock: clockid_t) -> UInt64 {
         var now = timespec()
-        guard clock_gettime(clock, &now) == 0 else {
-            fatalError("Lull: clock_gettime(\(clock)) failed with errno \(errno)")
+        do throws(SystemError) {
+            _ = try Syscall.posix("clock_gettime") { clock_gettime(clock, &now) }
+        } catch {
+            lullFatal("cannot read clock \(clock)", error: error,
+                      remedy: "Lull needs the kernel's CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE and CLOCK_THREAD_CPUTIME_ID")
         }
         return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
     }
