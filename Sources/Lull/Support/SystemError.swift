@@ -18,13 +18,7 @@ struct SystemError: Error, Sendable, CustomStringConvertible {
         self.code = code
     }
 
-    /// The errno's symbol ("ENOSPC"), or "errno N" for a number without one.
-    var codeName: String { Self.name(of: code) }
-
-    /// "ENOSPC (No space left on device)".
-    var codeDescription: String { Self.describe(code) }
-
-    var description: String { "\(call): \(codeDescription)" }
+    var description: String { "\(call): \(Self.describe(code))" }
 
     /// The symbol of an errno value ("ENOSPC"), or "errno N" for a number without one.
     static func name(of code: Int32) -> String {

@@ -112,7 +112,10 @@ final class ThreadState {
             Unmanaged<ThreadState>.fromOpaque(old).release()
         }
         let result = pthread_setspecific(key, Unmanaged.passRetained(state).toOpaque())
-        precondition(result == 0, "Lull: pthread_setspecific failed with \(result)")
+        guard result == 0 else {
+            lullFatal("cannot record the thread's state", error: SystemError("pthread_setspecific", code: result),
+                      remedy: "The system is out of memory")
+        }
         return state
     }
 
