@@ -214,7 +214,7 @@ final class InotifyHub: Sendable {
             if count == -Int(EAGAIN) || count == 0 { return true }
             if count < 0 {
                 RuntimeLog.once("inotify-read") {
-                    "reading the inotify descriptor failed: \(String(cString: strerror(Int32(-count)))); file-system events may be late"
+                    "reading the inotify descriptor failed: \(SystemError("read", code: Int32(-count))); file-system events may be late"
                 }
                 return true
             }
@@ -379,7 +379,7 @@ final class InotifyHub: Sendable {
         let mountTable = lull_open_read_only("/proc/self/mountinfo", 1)
         if mountTable < 0 {
             RuntimeLog.once("mountinfo") {
-                "cannot open /proc/self/mountinfo (\(String(cString: strerror(-mountTable)))): a lazy unmount of a watched file system will not be reported as .revoke"
+                "cannot open /proc/self/mountinfo (\(SystemError("open", code: -mountTable))): a lazy unmount of a watched file system will not be reported as .revoke"
             }
         }
         let instance = InotifyInstance(descriptor: descriptor, mountTable: max(mountTable, -1))

@@ -177,9 +177,11 @@ final class TimerEngine: Sendable {
     /// timerfd with TFD_TIMER_CANCEL_ON_SET, registered once, tells.
     private func watchClock(_ state: inout State) {
         guard state.clockWatch == nil else { return }
-        let descriptor = lull_clock_watch_create()
-        guard descriptor >= 0 else {
-            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (errno \(-descriptor)): wall-clock timers will not follow them" }
+        let descriptor: Int32
+        do throws(SystemError) {
+            descriptor = try Syscall.shim("timerfd_create") { lull_clock_watch_create() }
+        } catch {
+            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (\(error)): wall-clock timers will not follow them" }
             return
         }
         do throws(ReactorError) {
