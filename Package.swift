@@ -96,9 +96,15 @@ let package = Package(
             path: "Benchmarks/LullBenchmarks",
             swiftSettings: strictSettings
         ),
+        // C only the tests use: arming the shims' fault table, and probes of what the runtime did.
+        .target(
+            name: "CLullTestSupport",
+            dependencies: ["CLullShims"],
+            path: "Tests/CLullTestSupport"
+        ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "EchoServerKit"],
+            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit"],
             swiftSettings: strictSettings
         ),
     ],

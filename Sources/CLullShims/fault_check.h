@@ -6,7 +6,6 @@
 // The check at the top of every shim in the seam (faults.c): one relaxed load of a flag
 // that is 0 unless a test armed a fault, then the table only when it is set.
 
-extern int lull_faults_armed;
 int lull_fault_take_armed(lull_call call);
 
 /// The errno to inject into this call of `call`, or 0 to make the real call.

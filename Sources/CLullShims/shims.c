@@ -3,7 +3,6 @@
 #include "fault_check.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -27,10 +26,6 @@
 
 int32_t lull_gettid(void) { return (int32_t)syscall(SYS_gettid); }
 
-size_t lull_malloc_usable_size(const void *block) {
-    return malloc_usable_size((void *)block);
-}
-
 static __thread const void *lull_cached_site_file;
 static __thread uint32_t lull_cached_site_line;
 static __thread uint32_t lull_cached_site_number;
@@ -45,39 +40,35 @@ void lull_site_cache_put(const void *file, uint32_t line, uint32_t number) {
     lull_cached_site_number = number;
 }
 
+const char *lull_errno_name(int code) { return strerrorname_np(code); }
+
 int lull_set_thread_name(const char *name) {
-    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : errno;
+    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
 int lull_set_thread_nice(int32_t tid, int nice) {
-    return setpriority(PRIO_PROCESS, (id_t)tid, nice) == 0 ? 0 : errno;
+    return setpriority(PRIO_PROCESS, (id_t)tid, nice) == 0 ? 0 : -errno;
 }
 
 int lull_get_thread_nice(int32_t tid, int *nice) {
+    // -1 is a valid nice value: only errno tells a failure from it.
     errno = 0;
     int value = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (value == -1 && errno != 0) return errno;
+    if (value == -1 && errno != 0) return -errno;
     *nice = value;
     return 0;
 }
 
 int lull_get_rlimit_nice(uint64_t *limit) {
     struct rlimit value;
-    if (getrlimit(RLIMIT_NICE, &value) != 0) return errno;
+    if (getrlimit(RLIMIT_NICE, &value) != 0) return -errno;
     *limit = value.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)value.rlim_cur;
     return 0;
 }
 
 int lull_set_thread_io_idle(int32_t tid) {
     int value = LULL_IOPRIO_CLASS_IDLE << LULL_IOPRIO_CLASS_SHIFT;
-    return syscall(SYS_ioprio_set, LULL_IOPRIO_WHO_PROCESS, (int)tid, value) == 0 ? 0 : errno;
-}
-
-int lull_get_thread_ioprio(int32_t tid, int *value) {
-    long result = syscall(SYS_ioprio_get, LULL_IOPRIO_WHO_PROCESS, (int)tid);
-    if (result < 0) return errno;
-    *value = (int)result;
-    return 0;
+    return syscall(SYS_ioprio_set, LULL_IOPRIO_WHO_PROCESS, (int)tid, value) == 0 ? 0 : -errno;
 }
 
 // The Swift concurrency runtime's own entry point (exported by libswift_Concurrency, which
@@ -89,7 +80,7 @@ int lull_in_swift_task(void) {
 }
 
 int lull_set_timer_slack(unsigned long nanoseconds) {
-    return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : errno;
+    return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
 long lull_get_timer_slack(void) {
@@ -97,15 +88,19 @@ long lull_get_timer_slack(void) {
     return result >= 0 ? result : -errno;
 }
 
-int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec *deadline) {
+/// Waits while *address == expected, until woken or until the absolute CLOCK_MONOTONIC
+/// deadline (NULL: no deadline): 0, -EAGAIN (the word had changed), -ETIMEDOUT or -EINTR.
+/// EINTR is the caller's to handle: a futex wait is a step of a loop that re-reads the word.
+static int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec *deadline) {
     long result = syscall(SYS_futex, address, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
                           deadline, NULL, FUTEX_BITSET_MATCH_ANY);
-    return result == 0 ? 0 : errno;
+    return result == 0 ? 0 : -errno;
 }
 
-int lull_futex_wake(uint32_t *address, int count) {
+/// Wakes up to `count` threads waiting on address: 0 or -errno.
+static int lull_futex_wake(uint32_t *address, int count) {
     long result = syscall(SYS_futex, address, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count, NULL, NULL, 0);
-    return result >= 0 ? 0 : errno;
+    return result >= 0 ? 0 : -errno;
 }
 
 
@@ -134,11 +129,11 @@ static int lull_park_inner(uint32_t *word, const struct timespec *deadline) {
         expected = PARK_NOTIFIED;
         if (__atomic_compare_exchange_n(word, &expected, PARK_EMPTY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             return 0;
-        if (result == ETIMEDOUT) {
+        if (result == -ETIMEDOUT) {
             uint32_t previous = __atomic_exchange_n(word, PARK_EMPTY, __ATOMIC_ACQUIRE);
-            return previous == PARK_NOTIFIED ? 0 : ETIMEDOUT;
+            return previous == PARK_NOTIFIED ? 0 : -ETIMEDOUT;
         }
-        // EINTR, EAGAIN or a spurious wake-up: the word is still PARKED, sleep again.
+        // -EINTR, -EAGAIN or a spurious wake-up: the word is still PARKED, sleep again.
     }
 }
 
@@ -239,7 +234,6 @@ uint64_t lull_signal_take(int signo) {
     return __atomic_exchange_n(&lull_signal_counts[signo], 0, __ATOMIC_ACQ_REL);
 }
 
-int lull_signal_count(void) { return NSIG; }
 int lull_signal_realtime_min(void) { return SIGRTMIN; }
 int lull_signal_realtime_max(void) { return SIGRTMAX; }
 
@@ -281,7 +275,10 @@ int lull_pidfd_open(int32_t pid) {
 }
 
 int lull_accept_nonblocking(int listener) {
-    int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd;
+    do {
+        fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
     return fd < 0 ? -errno : fd;
 }
 
@@ -332,14 +329,17 @@ long lull_write_space(int fd) {
 
 int lull_poll_now(int fd, short events) {
     struct pollfd entry = { .fd = fd, .events = events, .revents = 0 };
-    int result = poll(&entry, 1, 0);
+    int result;
+    do {
+        result = poll(&entry, 1, 0);
+    } while (result < 0 && errno == EINTR);
     if (result < 0) return -errno;
     return entry.revents;
 }
 
 int lull_fd_identity(int fd, uint64_t *device, uint64_t *inode, int *is_regular) {
     struct stat info;
-    if (fstat(fd, &info) != 0) return errno;
+    if (fstat(fd, &info) != 0) return -errno;
     *device = (uint64_t)info.st_dev;
     *inode = (uint64_t)info.st_ino;
     *is_regular = S_ISREG(info.st_mode) ? 1 : 0;
@@ -431,7 +431,10 @@ int lull_clock_watch_create(void) {
 
 int lull_clock_watch_check(int fd) {
     uint64_t expirations;
-    ssize_t result = read(fd, &expirations, sizeof expirations);
+    ssize_t result;
+    do {
+        result = read(fd, &expirations, sizeof expirations);
+    } while (result < 0 && errno == EINTR);
     if (result < 0 && errno == ECANCELED) {
         int armed = lull_clock_watch_arm(fd);
         return armed != 0 ? armed : 1;
@@ -467,17 +470,6 @@ int lull_timerfd_disarm(int fd) {
     return timerfd_settime(fd, 0, &value, NULL) == 0 ? 0 : -errno;
 }
 
-long long lull_timerfd_take(int fd) {
-    uint64_t expirations = 0;
-    while (1) {
-        ssize_t result = read(fd, &expirations, sizeof expirations);
-        if (result == (ssize_t)sizeof expirations) return (long long)expirations;
-        if (result < 0 && errno == EINTR) continue;
-        if (result < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        return result < 0 ? -errno : -EIO;
-    }
-}
-
 // MARK: File-system objects (inotify)
 
 #include <dirent.h>
@@ -511,8 +503,6 @@ long lull_inotify_read(int fd, void *buffer, unsigned long size) {
     }
 }
 
-unsigned long lull_inotify_event_header_size(void) { return sizeof(struct inotify_event); }
-
 int lull_open_object(const char *path, int follow) {
     int fd;
     do {
@@ -541,10 +531,10 @@ static int lull_fill_status(int dirfd, const char *path, int flags, lull_object_
     struct statx info;
     memset(&info, 0, sizeof info);
     if (statx(dirfd, path, flags, STATX_BASIC_STATS | STATX_MNT_ID, &info) != 0) {
-        if (errno != ENOSYS) return errno;
+        if (errno != ENOSYS) return -errno;
         // Kernels before statx: fstatat, without the mount id.
         struct stat plain;
-        if (fstatat(dirfd, path, &plain, flags) != 0) return errno;
+        if (fstatat(dirfd, path, &plain, flags) != 0) return -errno;
         status->device = (uint64_t)plain.st_dev;
         status->inode = (uint64_t)plain.st_ino;
         status->link_count = (uint64_t)plain.st_nlink;
@@ -579,87 +569,58 @@ int lull_object_status_at(int dirfd, const char *path, lull_object_status *statu
 }
 
 int lull_fd_check(int fd) {
-    return fcntl(fd, F_GETFD) >= 0 ? 0 : errno;
+    return fcntl(fd, F_GETFD) >= 0 ? 0 : -errno;
 }
 
 long long lull_read_proc_integer(const char *path) {
     int fd = lull_open_read_only(path, 0);
-    if (fd < 0) return -1;
+    if (fd < 0) return fd;
     char text[64];
     ssize_t count;
     do {
         count = read(fd, text, sizeof text - 1);
     } while (count < 0 && errno == EINTR);
+    int failure = count < 0 ? errno : EINVAL;
     close(fd);
-    if (count <= 0) return -1;
+    if (count <= 0) return -failure;
     text[count] = 0;
     char *end = NULL;
     long long value = strtoll(text, &end, 10);
-    return end == text ? -1 : value;
+    return end == text || value < 0 ? -EINVAL : value;
 }
 
-char *lull_read_small_file(const char *path, unsigned long *length) {
+int lull_read_small_file(const char *path, char **contents, unsigned long *length) {
+    *contents = NULL;
     int fd = lull_open_read_only(path, 0);
-    if (fd < 0) { errno = -fd; return NULL; }
+    if (fd < 0) return fd;
     size_t capacity = 8192, used = 0;
     char *buffer = malloc(capacity);
-    if (buffer == NULL) { close(fd); errno = ENOMEM; return NULL; }
+    if (buffer == NULL) { close(fd); return -ENOMEM; }
     for (;;) {
         if (used == capacity) {
             char *larger = realloc(buffer, capacity * 2);
-            if (larger == NULL) { free(buffer); close(fd); errno = ENOMEM; return NULL; }
+            if (larger == NULL) { free(buffer); close(fd); return -ENOMEM; }
             buffer = larger;
             capacity *= 2;
         }
         ssize_t count = read(fd, buffer + used, capacity - used);
         if (count < 0) {
             if (errno == EINTR) continue;
-            int saved = errno;
+            int failure = errno;
             free(buffer);
             close(fd);
-            errno = saved;
-            return NULL;
+            return -failure;
         }
         if (count == 0) break;
         used += (size_t)count;
     }
     close(fd);
+    *contents = buffer;
     *length = used;
-    return buffer;
+    return 0;
 }
 
 void lull_free(void *pointer) { free(pointer); }
-
-void *lull_directory_open(int dirfd, const char *path) {
-    int fd;
-    do {
-        fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return NULL;
-    DIR *stream = fdopendir(fd);
-    if (stream == NULL) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-    }
-    return stream;
-}
-
-const char *lull_directory_next(void *stream, int *is_directory) {
-    for (;;) {
-        errno = 0;
-        struct dirent *entry = readdir((DIR *)stream);
-        if (entry == NULL) return NULL;
-        const char *name = entry->d_name;
-        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
-        *is_directory = entry->d_type == DT_DIR ? 1 : (entry->d_type == DT_UNKNOWN ? -1 : 0);
-        return name;
-    }
-}
-
-void lull_directory_close(void *stream) {
-    if (stream != NULL) closedir((DIR *)stream);
-}
 
 int lull_open_directory(int dirfd, const char *path) {
     int fd;
@@ -689,18 +650,12 @@ const char *lull_next_directory_entry(const void *buffer, long length, long *off
     return NULL;
 }
 
-#include <sched.h>
-
-int lull_unshare_user_namespace(void) {
-    return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
-}
-
 // MARK: Diagnostics control socket (accepting: lull_accept_nonblocking, above)
 
 int lull_peer_uid(int fd, uint32_t *uid) {
     struct ucred credentials;
     socklen_t length = sizeof credentials;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return errno;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -errno;
     *uid = credentials.uid;
     return 0;
 }

@@ -49,7 +49,8 @@ struct NiceAllowance: Equatable, Sendable {
     /// Whether bit `capability` is set in /proc/self/status's `CapEff` mask.
     static func hasEffectiveCapability(_ capability: Int) -> Bool {
         var length: UInt = 0
-        guard let text = lull_read_small_file("/proc/self/status", &length) else { return geteuid() == 0 }
+        var text: UnsafeMutablePointer<CChar>?
+        guard lull_read_small_file("/proc/self/status", &text, &length) == 0, let text else { return geteuid() == 0 }
         defer { lull_free(text) }
         let status = String(decoding: UnsafeRawBufferPointer(start: text, count: Int(length)), as: UTF8.self)
         guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),

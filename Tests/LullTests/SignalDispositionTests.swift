@@ -167,7 +167,8 @@ extension LullSuite {
 
         static func readSmallFile(_ path: String) -> String? {
             var length: UInt = 0
-            guard let bytes = lull_read_small_file(path, &length) else { return nil }
+            var bytes: UnsafeMutablePointer<CChar>?
+            guard lull_read_small_file(path, &bytes, &length) == 0, let bytes else { return nil }
             defer { lull_free(bytes) }
             return String(decoding: UnsafeRawBufferPointer(start: bytes, count: Int(length)), as: UTF8.self)
         }

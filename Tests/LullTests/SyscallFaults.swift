@@ -1,4 +1,5 @@
 import CLullShims
+import CLullTestSupport
 import Glibc
 
 /// Fault injection at the runtime's system-call seam: the fault table in the shims

@@ -1,4 +1,5 @@
 import CLullShims
+import CLullTestSupport
 import Glibc
 import Synchronization
 import Testing

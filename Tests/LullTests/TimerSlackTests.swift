@@ -1,4 +1,5 @@
 import CLullShims
+import CLullTestSupport
 import Glibc
 import Synchronization
 import Testing
@@ -243,7 +244,8 @@ extension LullSuite {
 
         static func timerSlack(ofThread tid: Int32) -> Int? {
             var length: UInt = 0
-            guard let text = lull_read_small_file("/proc/\(tid)/timerslack_ns", &length) else { return nil }
+            var text: UnsafeMutablePointer<CChar>?
+            guard lull_read_small_file("/proc/\(tid)/timerslack_ns", &text, &length) == 0, let text else { return nil }
             defer { lull_free(text) }
             let string = String(decoding: UnsafeRawBufferPointer(start: text, count: Int(length)), as: UTF8.self)
             return Int(string.filter(\.isNumber))

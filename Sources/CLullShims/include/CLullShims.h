@@ -7,14 +7,20 @@
 #include <time.h>
 
 // Thin wrappers over Linux system calls that Swift cannot call directly
-// (variadic `syscall`/`prctl`, glibc enums). Each returns 0 or the errno value.
+// (variadic `syscall`/`prctl`, glibc enums, flags Swift's Glibc module does not declare).
+//
+// The convention, for every shim here that can fail:
+// - success returns 0, or a non-negative result (a descriptor, a count, a value);
+// - failure returns the negative errno (-EBADF, -ENOSPC...), never -1;
+// - errno means nothing after the call: no shim reports through it;
+// - a call the kernel may interrupt (EINTR) and that is safe to repeat is repeated inside
+//   the shim, so -EINTR reaches the caller only where repeating would be wrong (none today).
+// Shims that cannot fail return their value directly (lull_gettid, lull_signal_take...).
+// Swift calls them through `Syscall.shim`, which turns the negative errno into a
+// `SystemError` (Sources/Lull/Support/).
 
 /// The kernel thread id of the calling thread.
 int32_t lull_gettid(void);
-
-/// The usable size of a block from malloc (malloc_usable_size): what an object really costs,
-/// for the tests that keep the runtime's per-object memory in check.
-size_t lull_malloc_usable_size(const void *block);
 
 /// The calling thread's last timer creation site and its number in the runtime's table of
 /// sites (a thread-local one-entry cache: a loop creating timers looks it up once).
@@ -22,46 +28,38 @@ size_t lull_malloc_usable_size(const void *block);
 uint32_t lull_site_cache_get(const void *file, uint32_t line);
 void lull_site_cache_put(const void *file, uint32_t line, uint32_t number);
 
-/// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc.
+/// The symbolic name of an errno value ("ENOSPC"), or NULL when it has none.
+const char *lull_errno_name(int code);
+
+/// Names the calling thread (at most 15 bytes are kept), as shown by ps and /proc: 0 or -errno.
 int lull_set_thread_name(const char *name);
 
-/// Sets the nice value of one thread (Linux nice values are per thread).
+/// Sets the nice value of one thread (Linux nice values are per thread): 0 or -errno.
 int lull_set_thread_nice(int32_t tid, int nice);
 
-/// Reads the nice value of one thread into *nice.
+/// Reads the nice value of one thread into *nice: 0 or -errno.
 int lull_get_thread_nice(int32_t tid, int *nice);
 
-/// The soft RLIMIT_NICE of the process (RLIM_INFINITY as UINT64_MAX).
+/// The soft RLIMIT_NICE of the process (RLIM_INFINITY as UINT64_MAX) into *limit: 0 or -errno.
 int lull_get_rlimit_nice(uint64_t *limit);
 
-/// Puts one thread in the idle I/O scheduling class (IOPRIO_CLASS_IDLE).
+/// Puts one thread in the idle I/O scheduling class (IOPRIO_CLASS_IDLE): 0 or -errno.
 int lull_set_thread_io_idle(int32_t tid);
-
-/// Reads the I/O priority of one thread into *value (class << 13 | data).
-int lull_get_thread_ioprio(int32_t tid, int *value);
 
 /// Whether a Swift task runs on the calling thread (swift_task_getCurrent() != NULL): a few
 /// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
 int lull_in_swift_task(void);
 
 /// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK); 0 puts
-/// back the thread's default slack (the one it inherited when it was created).
+/// back the thread's default slack (the one it inherited when it was created). 0 or -errno.
 int lull_set_timer_slack(unsigned long nanoseconds);
 /// The calling thread's current timer slack in nanoseconds (prctl PR_GET_TIMERSLACK), or -errno.
 long lull_get_timer_slack(void);
 
-/// Waits while *address == expected, until woken or until the absolute
-/// CLOCK_MONOTONIC deadline (NULL: no deadline). Returns 0, EAGAIN, ETIMEDOUT or EINTR.
-int lull_futex_wait(uint32_t *address, uint32_t expected, const struct timespec *deadline);
-
-/// Wakes up to `count` threads waiting on address.
-int lull_futex_wake(uint32_t *address, int count);
-
-
 /// A one-permit parking word (0 empty, 1 permit available, 2 a thread parked).
 /// lull_park consumes the permit or sleeps until lull_unpark gives one or the absolute
 /// CLOCK_MONOTONIC deadline passes (NULL: none). Returns 0 when a permit was consumed,
-/// ETIMEDOUT otherwise.
+/// -ETIMEDOUT otherwise (an interrupted sleep sleeps again).
 int lull_park(uint32_t *word, const struct timespec *deadline);
 /// Gives the permit; wakes the parked thread if there is one (a system call only then).
 void lull_unpark(uint32_t *word);
@@ -110,8 +108,6 @@ int lull_signal_watch(int signo, int notify_fd);
 int lull_signal_unwatch(int signo);
 /// Takes the number of deliveries of signo counted since the last call.
 uint64_t lull_signal_take(int signo);
-/// The number of signals (NSIG).
-int lull_signal_count(void);
 /// The real-time signals a program may use (SIGRTMIN, SIGRTMAX): glibc keeps the first
 /// kernel real-time signals (32 and 33) for its threads (NPTL).
 int lull_signal_realtime_min(void);
@@ -136,6 +132,7 @@ static inline int lull_in_forked_child(void) { return lull_forked_child_flag; }
 /// readable when the system clock is set. Returns the fd or -errno.
 int lull_clock_watch_create(void);
 /// After readiness: returns 1 if the clock was set (and re-arms the watch), 0 if not, -errno.
+/// An interrupted read is repeated.
 int lull_clock_watch_check(int fd);
 
 // MARK: The reactor's precise timer
@@ -148,17 +145,14 @@ int lull_timerfd_create(void);
 int lull_timerfd_arm(int fd, uint64_t deadline);
 /// Disarms it (and discards an expiration not yet read). Returns 0 or -errno.
 int lull_timerfd_disarm(int fd);
-/// Reads the expirations since the last read (retried on EINTR): the count, 0 when there
-/// are none (EAGAIN), or -errno. (The reactor never reads its timerfd: a re-arm resets the
-/// count. Tests read it.)
-long long lull_timerfd_take(int fd);
 
 // MARK: Descriptors
 
 /// Opens a pidfd for pid (pidfd_open, O_CLOEXEC is implied). Returns the fd or -errno.
 int lull_pidfd_open(int32_t pid);
 /// Accepts a connection on a listening socket as a non-blocking, close-on-exec socket
-/// (accept4, which Swift's Glibc module does not declare). Returns the fd or -errno.
+/// (accept4, which Swift's Glibc module does not declare; retried on EINTR). Returns the fd
+/// or -errno.
 int lull_accept_nonblocking(int listener);
 /// Creates a non-blocking, close-on-exec eventfd. Returns the fd or -errno.
 int lull_eventfd(void);
@@ -169,9 +163,9 @@ void lull_eventfd_drain(int fd);
 long lull_bytes_readable(int fd);
 /// An estimate of the bytes that can be written now without blocking (> 0), or -errno.
 long lull_write_space(int fd);
-/// poll(2) with a zero timeout: the revents for `events`, or -errno.
+/// poll(2) with a zero timeout (retried on EINTR): the revents for `events`, or -errno.
 int lull_poll_now(int fd, short events);
-/// Identity of the open file behind fd: device and inode. Returns 0 or errno.
+/// Identity of the open file behind fd: device and inode. Returns 0 or -errno.
 int lull_fd_identity(int fd, uint64_t *device, uint64_t *inode, int *is_regular);
 /// For a regular file: size minus the current offset (>= 0), or -errno.
 long long lull_file_bytes_after_offset(int fd);
@@ -187,8 +181,6 @@ int lull_inotify_rm_watch(int fd, int wd);
 /// One read(2) of queued inotify events into buffer (retried on EINTR): the byte count,
 /// or -errno (-EAGAIN once the queue is empty).
 long lull_inotify_read(int fd, void *buffer, unsigned long size);
-/// The size of struct inotify_event before its name (16 on Linux).
-unsigned long lull_inotify_event_header_size(void);
 
 /// Opens path with O_PATH | O_CLOEXEC (following symbolic links when follow != 0): a handle
 /// to the object for fstat that neither reads nor writes it. Returns the fd or -errno.
@@ -216,30 +208,22 @@ typedef struct {
     int is_symbolic_link;
 } lull_object_status;
 
-/// fstat through statx(fd, "", AT_EMPTY_PATH): 0 or errno.
+/// fstat through statx(fd, "", AT_EMPTY_PATH): 0 or -errno.
 int lull_object_status_of(int fd, lull_object_status *status);
 /// lstat-like status of path relative to dirfd (AT_FDCWD for the current directory), not
-/// following a final symbolic link: 0 or errno.
+/// following a final symbolic link: 0 or -errno.
 int lull_object_status_at(int dirfd, const char *path, lull_object_status *status);
 
-/// Whether fd is an open descriptor: 0, or errno (EBADF).
+/// Whether fd is an open descriptor: 0, or -errno (-EBADF).
 int lull_fd_check(int fd);
-/// Reads one of the small /proc/sys integer files; -1 when it cannot be read.
+/// Reads one of the small /proc/sys integer files: its value (>= 0), or -errno (-EINVAL
+/// when the file does not start with a non-negative integer).
 long long lull_read_proc_integer(const char *path);
-/// Reads the whole of a small (proc) file into a malloc'd buffer of *length bytes, or NULL
-/// with errno set. The caller frees it with free().
-char *lull_read_small_file(const char *path, unsigned long *length);
+/// Reads the whole of a small (proc) file into a malloc'd buffer: 0 with *contents and
+/// *length set (the caller frees *contents with lull_free), or -errno with *contents NULL.
+int lull_read_small_file(const char *path, char **contents, unsigned long *length);
 /// free(3), for buffers the shims handed out.
 void lull_free(void *pointer);
-
-/// Directory listing: opens a directory for reading (O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-/// relative to dirfd and returns an opaque stream, or NULL with errno set.
-void *lull_directory_open(int dirfd, const char *path);
-/// The next entry's name (not "." or ".."), or NULL at the end or on error (errno set, 0 at
-/// the end). *is_directory is 1 for a directory, 0 otherwise, -1 when the type is unknown.
-const char *lull_directory_next(void *stream, int *is_directory);
-/// Closes a stream from lull_directory_open (its descriptor exactly once).
-void lull_directory_close(void *stream);
 
 /// Directory listing without a stream allocation, for walks of many directories: opens the
 /// directory at path relative to dirfd (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
@@ -252,23 +236,19 @@ long lull_read_directory_entries(int fd, void *buffer, unsigned long size);
 /// a directory, 0 otherwise, -1 when the file system did not say (DT_UNKNOWN).
 const char *lull_next_directory_entry(const void *buffer, long length, long *offset, int *is_directory);
 
-/// Moves the calling process, which must be single-threaded (a child just forked), into a
-/// new user namespace (unshare CLONE_NEWUSER): 0 or errno. The inotify limits are per user
-/// namespace, so a child can lower them for itself (tests of the limit errors).
-int lull_unshare_user_namespace(void);
-
 // MARK: Diagnostics control socket
 
-/// The user id of a unix socket's peer (SO_PEERCRED): 0 on success, or errno.
+/// The user id of a unix socket's peer (SO_PEERCRED) into *uid: 0 or -errno.
 int lull_peer_uid(int fd, uint32_t *uid);
 
-// MARK: Fault injection (tests)
+// MARK: Fault injection seam
 
 #include <pthread.h>
 #include <sys/time.h>
 
 /// The system calls of the runtime that a test can make fail (docs/Failures.md says what
-/// a program sees for each). Each shim named here checks the fault table first.
+/// a program sees for each). Each shim named here checks the fault table first; the tests'
+/// support target (Tests/CLullTestSupport) arms it.
 typedef enum lull_call {
     /// lull_event_add: libevent's event_add, which is epoll_ctl for a descriptor's event and
     /// a heap insert for a timeout. libevent makes its epoll_ctl calls inside event_add, so
@@ -297,23 +277,30 @@ typedef enum lull_call {
     LULL_CALL_COUNT
 } lull_call;
 
-/// Makes the next `count` calls of `call` (-1: every call until disarmed) fail with
-/// `errno_value`, as the system call would: the shim returns its failure value and sets
-/// errno or returns -errno, whichever it documents. Process-wide; for tests, which arm and
-/// disarm from one thread at a time.
-void lull_fault_arm(lull_call call, int errno_value, int count);
-/// Disarms every fault and resets the hit counts.
-void lull_fault_disarm_all(void);
-/// How many calls of `call` failed by injection since the last lull_fault_disarm_all.
-int lull_fault_hits(lull_call call);
+/// One entry of the fault table: the errno to inject, the calls still to fail (0 none,
+/// > 0 that many, -1 every call until disarmed), and the failures injected so far.
+typedef struct {
+    int errno_value;
+    int remaining;
+    int hits;
+} lull_fault_entry;
+
+/// The fault table, process-wide, accessed with __atomic operations only. The library's
+/// shims read and consume it (faults.c); only the tests' support target writes it
+/// (lull_fault_arm there), so the library ships the check and not the arming.
+/// `lull_faults_armed` is 0 unless a test armed a fault: the check costs a shim one
+/// relaxed load while it is.
+extern lull_fault_entry lull_fault_table[LULL_CALL_COUNT];
+extern int lull_faults_armed;
 
 struct event;
-/// event_add(3) through the fault table: 0, or -1 with errno set.
+/// event_add(3) through the fault table: 0 or -errno (-EINVAL when libevent failed without
+/// a system error).
 int lull_event_add(struct event *event, const struct timeval *timeout);
-/// pthread_create(3) through the fault table: 0 or the error number.
+/// pthread_create(3) through the fault table: 0 or -(the error number).
 int lull_pthread_create(pthread_t *thread, const pthread_attr_t *attributes,
                         void *(*start)(void *), void *argument);
-/// socket(2) through the fault table: the descriptor, or -1 with errno set.
+/// socket(2) through the fault table: the descriptor, or -errno.
 int lull_socket(int domain, int type, int protocol);
 
 // MARK: Open-file witness (a private epoll set that is never waited on)

@@ -33,17 +33,25 @@ package enum ControlSocket {
     /// recording the environment asks for.
     static func listen(on base: OpaquePointer) {
         RuntimeDiagnostics.environmentChecked.touch()
-        let descriptor = lull_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else {
-            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: socket() failed with errno \(errno)" }
+        let descriptor: Int32
+        do throws(SystemError) {
+            descriptor = try Syscall.shim("socket") {
+                lull_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            }
+        } catch {
+            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: \(error)" }
             return
         }
         var address = abstractAddress(name(pid: getpid()))
-        let bound = withUnsafePointer(to: &address.address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, address.length) }
-        }
-        guard bound == 0, Glibc.listen(descriptor, 4) == 0 else {
-            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: bind/listen failed with errno \(errno)" }
+        do throws(SystemError) {
+            _ = try Syscall.posix("bind") {
+                withUnsafePointer(to: &address.address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, address.length) }
+                }
+            }
+            _ = try Syscall.posix("listen") { Glibc.listen(descriptor, 4) }
+        } catch {
+            RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: \(error)" }
             close(descriptor)
             return
         }
@@ -96,12 +104,13 @@ package enum ControlSocket {
     private static func acceptConnections(_ listener: Int32) {
         Diagnostics.descriptorEventArrived()
         while true {
-            let connection = lull_accept_nonblocking(listener)
-            if connection < 0 {
-                let code = -connection
-                if code == EINTR || code == ECONNABORTED { continue }
-                if code != EAGAIN && code != EWOULDBLOCK {
-                    RuntimeLog.once("diagnostics-accept") { "diagnostics socket: accept failed with errno \(code)" }
+            let connection: Int32
+            do throws(SystemError) {
+                connection = try Syscall.shim("accept4") { lull_accept_nonblocking(listener) }
+            } catch {
+                if error.code == ECONNABORTED { continue }
+                if error.code != EAGAIN && error.code != EWOULDBLOCK {
+                    RuntimeLog.once("diagnostics-accept") { "diagnostics socket: \(error)" }
                 }
                 return
             }
@@ -152,13 +161,18 @@ final class ControlConnection: ReactorEventHandler {
         var buffer = [UInt8](repeating: 0, count: 1024)
         var finished = false
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            let count: Int
+            do throws(SystemError) {
+                count = try Syscall.posix("read") { buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) } }
+            } catch {
+                finished = error.code != EAGAIN && error.code != EWOULDBLOCK
+                break
+            }
             if count > 0 {
                 state.locked { $0.pending += buffer[0..<count] }
                 continue
             }
-            if count < 0 && errno == EINTR { continue }
-            finished = count == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)
+            finished = true
             break
         }
         while let line = nextLine() { answer(line) }
@@ -206,8 +220,7 @@ final class ControlConnection: ReactorEventHandler {
         let bytes = Array((text + "\n").utf8)
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if written < 0 && errno == EINTR { continue }
+            let written = (try? Syscall.posix("write") { bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) } }) ?? 0
             if written <= 0 { return }  // the peer is gone or not reading: it gets nothing
             offset += written
         }

@@ -38,9 +38,8 @@ package enum KernelSwitches {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
-            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 { return nil }
+            guard let count = try? Syscall.posix("read", { chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) } })
+            else { return nil }
             if count == 0 { break }
             bytes += chunk[0..<count]
         }

@@ -12,7 +12,7 @@ public struct DiagnosticsError: Error, CustomStringConvertible, Sendable {
     }
 
     init(_ what: String, errno code: Int32) {
-        self.description = "\(what): \(String(cString: strerror(code))) (errno \(code))"
+        self.description = "\(what): \(SystemError.describe(code))"
     }
 }
 
@@ -49,13 +49,17 @@ final class TraceBuffer: @unchecked Sendable {
     init(file path: String, capacity: Int) throws(DiagnosticsError) {
         self.capacity = capacity
         size = TraceLayout.fileSize(capacity: capacity)
-        let opened = open(path, O_RDWR | O_CLOEXEC)
-        guard opened >= 0 else { throw DiagnosticsError("cannot open the trace file \(path)", errno: errno) }
+        let opened: Int32
+        do throws(SystemError) {
+            opened = try Syscall.posix("open") { open(path, O_RDWR | O_CLOEXEC) }
+        } catch {
+            throw DiagnosticsError("cannot open the trace file \(path)", errno: error.code)
+        }
         guard flock(opened, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
             close(opened)
-            throw DiagnosticsError(code == EWOULDBLOCK ? "the trace file \(path) is taken by another process"
-                                                       : "cannot lock the trace file \(path): errno \(code)")
+            if code == EWOULDBLOCK { throw DiagnosticsError("the trace file \(path) is taken by another process") }
+            throw DiagnosticsError("cannot lock the trace file \(path)", errno: code)
         }
         // Emptied first: a file reused from an earlier recording starts from zeros.
         guard ftruncate(opened, 0) == 0, ftruncate(opened, off_t(size)) == 0 else {

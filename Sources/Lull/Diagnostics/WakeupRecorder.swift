@@ -123,7 +123,7 @@ struct TimerSite: @unchecked Sendable {
 
     init(file: StaticString, line: UInt) {
         // `#fileID` is always a literal, stored as text with a NUL after it.
-        precondition(file.hasPointerRepresentation, "TimerSite needs a string literal")
+        guard file.hasPointerRepresentation else { lullFatal("TimerSite needs a string literal") }
         self.file = file.utf8Start
         self.line = UInt32(truncatingIfNeeded: line)
     }

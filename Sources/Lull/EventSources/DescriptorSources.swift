@@ -55,9 +55,11 @@ final class DescriptorDriver: SourceDriver {
         guard descriptor >= 0 else {
             return EventSourceError(subject: subject, code: EBADF, reason: "negative descriptor")
         }
-        guard let found = DescriptorIdentity(descriptor) else {
-            let failure = errno == 0 ? EBADF : errno
-            return EventSourceError(subject: subject, code: failure)
+        let found: DescriptorIdentity
+        do throws(SystemError) {
+            found = try DescriptorIdentity(descriptor)
+        } catch {
+            return EventSourceError(subject: subject, code: error.code)
         }
         if found.isRegularFile {
             isRegularFile.store(true, ordering: .releasing)

@@ -10,16 +10,12 @@ struct DescriptorIdentity: Equatable, Sendable {
     let inode: UInt64
     let isRegularFile: Bool
 
-    /// nil (with errno set) when the descriptor is not open.
-    init?(_ descriptor: Int32) {
+    /// Throws when the descriptor is not open (EBADF) or cannot be examined.
+    init(_ descriptor: Int32) throws(SystemError) {
         var device: UInt64 = 0
         var inode: UInt64 = 0
         var regular: Int32 = 0
-        let result = lull_fd_identity(descriptor, &device, &inode, &regular)
-        guard result == 0 else {
-            errno = result
-            return nil
-        }
+        _ = try Syscall.shim("fstat") { lull_fd_identity(descriptor, &device, &inode, &regular) }
         self.device = device
         self.inode = inode
         self.isRegularFile = regular != 0

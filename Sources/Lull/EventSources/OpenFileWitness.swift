@@ -48,7 +48,7 @@ final class OpenFileWitness: Sendable {
     /// Enrolls the open file behind `number`, saying whether it was enrolled already.
     func enroll(_ number: Int32) -> Verdict {
         guard usable else {
-            if descriptor < 0 { unverifiable(-descriptor, what: "no epoll set could be made") }
+            if descriptor < 0 { unverifiable(SystemError("epoll_create1", code: -descriptor), what: "no epoll set could be made") }
             return .unverifiable
         }
         let result = lull_witness_enroll(descriptor, number)
@@ -61,7 +61,7 @@ final class OpenFileWitness: Sendable {
             // epoll cannot watch this file (or it is not open): the reactor refuses it too.
             return .unverifiable
         default:
-            unverifiable(-result, what: "descriptor \(number) could not be enrolled")
+            unverifiable(SystemError("epoll_ctl", code: -result), what: "descriptor \(number) could not be enrolled")
             return .unverifiable
         }
     }
@@ -72,9 +72,9 @@ final class OpenFileWitness: Sendable {
         _ = lull_witness_withdraw(descriptor, number)
     }
 
-    private func unverifiable(_ code: Int32, what: String) {
-        RuntimeLog.once("open-file-witness-\(code)") {
-            "read and write sources: \(what) (\(String(cString: strerror(code)))); a descriptor closed while its source is registered and opened again on the same file is not detected"
+    private func unverifiable(_ error: SystemError, what: String) {
+        RuntimeLog.once("open-file-witness-\(error.code)") {
+            "read and write sources: \(what) (\(error)); a descriptor closed while its source is registered and opened again on the same file is not detected"
         }
     }
 }

@@ -61,10 +61,12 @@ final class ProcessDriver: SourceDriver {
                 "ProcessSource: Linux does not report fork, exec or signal events of another process to an unprivileged program; only .exit is delivered"
             }
         }
-        let descriptor = lull_pidfd_open(pid)
-        guard descriptor >= 0 else {
-            let reason = -descriptor == ESRCH ? "no such process" : String(cString: strerror(-descriptor))
-            return EventSourceError(subject: subject, code: -descriptor, reason: reason)
+        let descriptor: Int32
+        do throws(SystemError) {
+            descriptor = try Syscall.shim("pidfd_open") { lull_pidfd_open(pid) }
+        } catch {
+            let reason = error.code == ESRCH ? "no such process" : String(cString: strerror(error.code))
+            return EventSourceError(subject: subject, code: error.code, reason: reason)
         }
         guard mask.contains(.exit) else {
             watch.locked { $0 = (descriptor, nil) }

@@ -104,8 +104,12 @@ final class SignalHub: ReactorEventHandler {
         }
         return state.locked { state -> (any Error)? in
             if state.notifyDescriptor < 0 {
-                let descriptor = lull_eventfd()
-                guard descriptor >= 0 else { return EventSourceError(subject: subject, code: -descriptor) }
+                let descriptor: Int32
+                do throws(SystemError) {
+                    descriptor = try Syscall.shim("eventfd") { lull_eventfd() }
+                } catch {
+                    return EventSourceError(subject: subject, code: error.code)
+                }
                 do throws(ReactorError) {
                     state.registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, handler: self)
                 } catch {
@@ -142,10 +146,9 @@ final class SignalHub: ReactorEventHandler {
             }
             // The last source: watched → unwatched, the program's disposition back.
             state.sources[signal] = nil
-            let restored = lull_signal_unwatch(signal)
-            if restored < 0 {
+            if let failure = Syscall.failure("sigaction", { lull_signal_unwatch(signal) }) {
                 RuntimeLog.once("signal-unwatch-\(signal)") {
-                    "signal \(signal): putting back the program's disposition failed (errno \(-restored)); the forwarder stays and ignores it"
+                    "signal \(signal): putting back the program's disposition failed (\(failure)); the forwarder stays and ignores it"
                 }
             }
         }

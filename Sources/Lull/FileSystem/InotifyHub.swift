@@ -218,7 +218,7 @@ final class InotifyHub: Sendable {
             throw EventSourceError(subject: subject, code: EBADF, reason: "\(String(cString: strerror(EBADF))): negative descriptor")
         }
         let check = lull_fd_check(descriptor)
-        guard check == 0 else { throw FileSystemErrors.error(subject, code: check, step: .descriptor) }
+        guard check == 0 else { throw FileSystemErrors.error(subject, code: -check, step: .descriptor) }
         let pin = lull_open_object(InotifyWatch.procPath(of: descriptor), 1)
         guard pin >= 0 else { throw FileSystemErrors.error(subject, code: -pin, step: .descriptor) }
         return try acquire(pin: pin, subject: subject, mask: mask)
@@ -232,7 +232,7 @@ final class InotifyHub: Sendable {
         let statusError = lull_object_status_of(pin, &status)
         guard statusError == 0 else {
             close(pin)
-            throw FileSystemErrors.error(subject, code: statusError, step: .open)
+            throw FileSystemErrors.error(subject, code: -statusError, step: .open)
         }
         let mask = mask(status.is_directory != 0)
         var schedulesTeardown = false
@@ -387,7 +387,7 @@ final class InotifyHub: Sendable {
             if count == -Int(EAGAIN) || count == 0 { return true }
             if count < 0 {
                 RuntimeLog.once("inotify-read") {
-                    "reading the inotify descriptor failed: \(String(cString: strerror(Int32(-count)))); file-system events may be late"
+                    "reading the inotify descriptor failed: \(SystemError("read", code: Int32(-count))); file-system events may be late"
                 }
                 return true
             }
@@ -566,8 +566,9 @@ final class InotifyHub: Sendable {
     /// The mount table changed: a watched object whose mount is no longer in it was on a
     /// file system that went away (a lazy unmount).
     func mountTableChanged(_ instance: InotifyInstance) {
+        var text: UnsafeMutablePointer<CChar>?
         var length: UInt = 0
-        guard let text = lull_read_small_file("/proc/self/mountinfo", &length) else { return }
+        guard lull_read_small_file("/proc/self/mountinfo", &text, &length) == 0, let text else { return }
         defer { lull_free(text) }
         let mounted = MountTable.mountIDs(UnsafeRawBufferPointer(start: text, count: Int(length)))
         guard !mounted.isEmpty else { return }
@@ -606,7 +607,7 @@ final class InotifyHub: Sendable {
         let mountTable = lull_open_read_only("/proc/self/mountinfo", 1)
         if mountTable < 0 {
             RuntimeLog.once("mountinfo") {
-                "cannot open /proc/self/mountinfo (\(String(cString: strerror(-mountTable)))): a lazy unmount of a watched file system will not be reported as .revoke"
+                "cannot open /proc/self/mountinfo (\(SystemError("open", code: -mountTable))): a lazy unmount of a watched file system will not be reported as .revoke"
             }
         }
         let instance = InotifyInstance(descriptor: descriptor, mountTable: max(mountTable, -1))

@@ -73,7 +73,7 @@ final class TreeWatcherCore: InotifyObserver {
         guard pin >= 0 else { throw FileSystemErrors.error(subject, code: -pin, step: .open) }
         let statusError = lull_object_status_of(pin, &status)
         close(pin)
-        guard statusError == 0 else { throw FileSystemErrors.error(subject, code: statusError, step: .open) }
+        guard statusError == 0 else { throw FileSystemErrors.error(subject, code: -statusError, step: .open) }
         guard status.is_directory != 0 else {
             throw EventSourceError(subject: subject, code: ENOTDIR, reason: String(cString: strerror(ENOTDIR)))
         }

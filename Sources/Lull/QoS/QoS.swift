@@ -64,8 +64,9 @@ public struct QoS: Hashable, Sendable {
 
     /// - Precondition: `relativePriority` is in -15...0, as in Dispatch.
     public init(qosClass: QoSClass, relativePriority: Int) {
-        precondition((-15...0).contains(relativePriority),
-                     "Lull: QoS relativePriority \(relativePriority) is out of range -15...0")
+        guard (-15...0).contains(relativePriority) else {
+            lullFatal("QoS relativePriority \(relativePriority) is out of range -15...0")
+        }
         self.qosClass = qosClass
         self.relativePriority = relativePriority
     }

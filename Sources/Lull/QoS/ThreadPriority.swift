@@ -70,27 +70,24 @@ enum ThreadPriority {
     static func apply(_ qos: QoS, tid: Int32) -> Int32 {
         let wanted = niceValue(for: qos)
         var applied = allowedNiceValue(for: qos)
-        var result = lull_set_thread_nice(tid, applied)
-        if result == EACCES || result == EPERM {
+        var failure = Syscall.failure("setpriority") { lull_set_thread_nice(tid, applied) }
+        if failure?.code == EACCES || failure?.code == EPERM {
             // Below this thread's nice value (inherited from a thread that runs at a higher
             // one) without the right to lower it, or a seccomp or LSM policy: keep it.
             var current: Int32 = 0
             if lull_get_thread_nice(tid, &current) == 0 { applied = current }
-            result = 0
+            failure = nil
         }
         if applied != wanted {
             RuntimeLog.once("priority-degraded") {
                 "cannot set nice \(wanted) for QoS \(qos) (needs CAP_SYS_NICE or RLIMIT_NICE); threads run at the nearest allowed nice value \(applied)"
             }
         }
-        if result != 0 {
-            RuntimeLog.once("priority-failed") { "setpriority failed with errno \(result); QoS priorities are not applied" }
+        if let failure {
+            RuntimeLog.once("priority-failed") { "\(failure); QoS priorities are not applied" }
         }
-        if qos.qosClass == .background {
-            let ioResult = lull_set_thread_io_idle(tid)
-            if ioResult != 0 {
-                RuntimeLog.once("ioprio-failed") { "ioprio_set(IOPRIO_CLASS_IDLE) failed with errno \(ioResult); background threads keep normal I/O priority" }
-            }
+        if qos.qosClass == .background, let ioFailure = Syscall.failure("ioprio_set", { lull_set_thread_io_idle(tid) }) {
+            RuntimeLog.once("ioprio-failed") { "\(ioFailure) (IOPRIO_CLASS_IDLE); background threads keep normal I/O priority" }
         }
         return applied
     }

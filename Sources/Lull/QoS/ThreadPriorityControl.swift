@@ -78,14 +78,6 @@ final class ThreadPriorityControl: Sendable {
         state.locked { state in state.overrides.contains { $0 != 0 } }
     }
 
-    func addOverride(_ qosClass: QoS.QoSClass) {
-        replaceOverride(.unspecified, with: qosClass)
-    }
-
-    func removeOverride(_ qosClass: QoS.QoSClass) {
-        replaceOverride(qosClass, with: .unspecified)
-    }
-
     /// Moves the nice value to what the own QoS and the overrides ask for, when the process
     /// may move it back (otherwise a raise would be one-way and nothing moves).
     private func apply(_ state: inout State) {

@@ -17,7 +17,7 @@ struct ReactorError: Error, CustomStringConvertible {
     let errno: Int32
 
     var description: String {
-        "the reactor (epoll) refused descriptor \(descriptor): \(String(cString: strerror(errno))) (errno \(errno))"
+        "the reactor (epoll) refused descriptor \(descriptor): \(SystemError.describe(errno))"
     }
 }
 
@@ -97,12 +97,10 @@ extension Reactor {
         guard let event = makeEvent(descriptor: descriptor, what: what, callback: callback, context: context) else {
             throw ReactorError(descriptor: descriptor, errno: ENOMEM)
         }
-        errno = 0
         Diagnostics.reactorWillChange()
-        if lull_event_add(event, nil) != 0 {
-            let failure = errno == 0 ? EINVAL : errno
+        if let failure = Syscall.failure("event_add", { lull_event_add(event, nil) }) {
             event_free(event)
-            throw ReactorError(descriptor: descriptor, errno: failure)
+            throw ReactorError(descriptor: descriptor, errno: failure.code)
         }
         return event
     }

@@ -72,16 +72,20 @@ enum LibeventLog {
     static func startupFailed(_ what: String) -> Never {
         let messages = recentMessages()
         let said = messages.isEmpty ? "" : " (libevent: \(messages.joined(separator: "; ")))"
-        lullFatal("cannot start its reactor: \(what)\(said). \(startupCause(messages))")
+        lullFatal("cannot start its reactor: \(what)\(said)", remedy: startupCause(messages))
     }
 
     /// The cause of a failed start-up, from libevent's messages and from a look at the
     /// descriptor table now.
     static func startupCause(_ messages: [String]) -> String {
-        let probe = lull_eventfd()
-        if probe >= 0 { close(probe) }
+        var probe: SystemError?
+        do throws(SystemError) {
+            close(try Syscall.shim("eventfd") { lull_eventfd() })
+        } catch {
+            probe = error
+        }
         func said(_ code: Int32) -> Bool {
-            probe == -code || messages.contains { $0.hasSuffix(String(cString: strerror(code))) }
+            probe?.code == code || messages.contains { $0.hasSuffix(String(cString: strerror(code))) }
         }
         // ENFILE's text contains EMFILE's ("Too many open files in system"): tested first.
         if said(ENFILE) {
@@ -96,8 +100,8 @@ enum LibeventLog {
                 + "its wake-up eventfd, a timerfd): raise the limit (setrlimit(RLIMIT_NOFILE), ulimit -n), or use Lull "
                 + "once before opening most descriptors, for example `WorkQueue.global().async {}` at start-up."
         }
-        if probe < 0 {
-            return "A descriptor cannot be opened: errno \(-probe) (\(String(cString: strerror(-probe))))."
+        if let probe {
+            return "A descriptor cannot be opened (\(probe))."
         }
         return "libevent found no usable epoll backend."
     }

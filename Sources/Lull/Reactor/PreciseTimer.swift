@@ -15,7 +15,7 @@ struct PreciseTimerError: Error, Equatable, CustomStringConvertible {
     let errno: Int32
 
     var description: String {
-        "the reactor's timerfd: \(operation.rawValue) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+        "the reactor's timerfd: \(operation.rawValue) failed: \(SystemError.describe(errno))"
     }
 }
 
@@ -32,9 +32,11 @@ struct PreciseTimer: Sendable {
 
     /// Opens the timerfd.
     static func open() throws(PreciseTimerError) -> PreciseTimer {
-        let result = lull_timerfd_create()
-        guard result >= 0 else { throw PreciseTimerError(operation: .create, errno: -result) }
-        return PreciseTimer(descriptor: result)
+        do throws(SystemError) {
+            return PreciseTimer(descriptor: try Syscall.shim("timerfd_create") { lull_timerfd_create() })
+        } catch {
+            throw PreciseTimerError(operation: .create, errno: error.code)
+        }
     }
 
     /// Wraps an existing descriptor (the reactor's, or one a test makes invalid).
@@ -45,12 +47,14 @@ struct PreciseTimer: Sendable {
     /// Arms it for `deadline` (absolute CLOCK_MONOTONIC ns); a past instant expires at once.
     /// Re-arming replaces the previous instant and discards an expiration not yet taken.
     func arm(at deadline: UInt64) throws(PreciseTimerError) {
-        let result = lull_timerfd_arm(descriptor, deadline)
-        guard result == 0 else { throw PreciseTimerError(operation: .arm, errno: -result) }
+        if let failure = Syscall.failure("timerfd_settime", { lull_timerfd_arm(descriptor, deadline) }) {
+            throw PreciseTimerError(operation: .arm, errno: failure.code)
+        }
     }
 
     func disarm() throws(PreciseTimerError) {
-        let result = lull_timerfd_disarm(descriptor)
-        guard result == 0 else { throw PreciseTimerError(operation: .disarm, errno: -result) }
+        if let failure = Syscall.failure("timerfd_settime", { lull_timerfd_disarm(descriptor) }) {
+            throw PreciseTimerError(operation: .disarm, errno: failure.code)
+        }
     }
 }

@@ -159,7 +159,8 @@ final class Reactor: Sendable {
         // 1 means nothing was registered when the loop started: the last event left while
         // this thread was on its way to poll. The caller looks at the interest again.
         if result < 0 {
-            RuntimeLog.once("loop-error") { "event_base_loop failed (\(result)); errno \(errno)" }
+            let failure = SystemError("event_base_loop", code: errno)
+            RuntimeLog.once("loop-error") { "\(failure) (\(result))" }
         }
         return timer.locked(ranked: .reactorTimer) { state in
             defer { state.expiredInPoll = false }
@@ -234,13 +235,15 @@ final class Reactor: Sendable {
             var timeout = timeval(tv_sec: Int(coarse.delayMicroseconds / 1_000_000),
                                   tv_usec: Int(coarse.delayMicroseconds % 1_000_000))
             Diagnostics.reactorWillChange()
-            if lull_event_add(timerEvent, &timeout) == 0 {
+            if let refused = Syscall.failure("event_add", { lull_event_add(timerEvent, &timeout) }) {
+                if !heldByEvent {
+                    armFallback(timeout, refused: refused, &state)
+                } else {
+                    RuntimeLog.once("timer-add") { "event_add for the reactor timer failed (\(refused)); windows end on the timerfd" }
+                }
+            } else {
                 state.coarseAdded = true
                 heldByEvent = true
-            } else if !heldByEvent {
-                armFallback(timeout, &state)
-            } else {
-                RuntimeLog.once("timer-add") { "event_add for the reactor timer failed (errno \(errno)); windows end on the timerfd" }
             }
         } else if state.coarseAdded, let timerEvent {
             Diagnostics.reactorWillChange()
@@ -267,8 +270,7 @@ final class Reactor: Sendable {
     /// Each gets a new generation (its callback's context, with the reactor), so that one made
     /// stale by a later arm or a disarm fires nothing (libevent cannot take it back; it only
     /// ends one loop iteration early).
-    private func armFallback(_ timeout: timeval, _ state: inout TimerState) {
-        let refused = errno
+    private func armFallback(_ timeout: timeval, refused: SystemError, _ state: inout TimerState) {
         state.fallbackGeneration = state.fallbackGeneration == .max ? 1 : state.fallbackGeneration + 1
         var timeout = timeout
         // Released by the callback, which libevent runs exactly once for an added one-shot.
@@ -281,7 +283,7 @@ final class Reactor: Sendable {
         if result != 0 { context.release() }
         state.fallbackAdded = result == 0
         if state.fallbackAdded {
-            RuntimeLog.once("timer-fallback") { "event_add for the reactor timer failed (errno \(refused)); timers wake through a one-shot libevent timeout" }
+            RuntimeLog.once("timer-fallback") { "event_add for the reactor timer failed (\(refused)); timers wake through a one-shot libevent timeout" }
         } else {
             RuntimeLog.warning("event_add for the reactor timer failed and no one-shot timeout could be added either; delayed work waits for the next wake-up")
         }

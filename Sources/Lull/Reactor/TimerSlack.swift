@@ -114,10 +114,10 @@ enum TimerSlack {
     }
 
     /// Turns wide windows off for good after prctl failed (logged once).
-    static func prctlFailed(_ error: Int32, nanoseconds: UInt64) {
+    static func prctlFailed(_ error: SystemError, nanoseconds: UInt64) {
         prctlWorks.store(false, ordering: .relaxed)
         RuntimeLog.once("timer-slack") {
-            "prctl(PR_SET_TIMERSLACK, \(nanoseconds)) failed with errno \(error): timers wake at the end of their windows, without aligning with other processes"
+            "\(error) (PR_SET_TIMERSLACK, \(nanoseconds)): timers wake at the end of their windows, without aligning with other processes"
         }
     }
 }
@@ -157,11 +157,10 @@ extension ThreadState {
 
     private func setTimerSlack(_ nanoseconds: UInt64) {
         let value = nanoseconds == 0 ? TimerSlack.threadDefault : nanoseconds
-        let result = lull_set_timer_slack(UInt(value))
-        if result == 0 {
-            timerSlack = nanoseconds
+        if let failure = Syscall.failure("prctl", { lull_set_timer_slack(UInt(value)) }) {
+            TimerSlack.prctlFailed(failure, nanoseconds: value)
         } else {
-            TimerSlack.prctlFailed(result, nanoseconds: value)
+            timerSlack = nanoseconds
         }
     }
 }

@@ -25,9 +25,11 @@ final class WallClockWatch: ReactorEventHandler {
     /// Starts watching (idempotent; the system calls run on the calling thread, under no lock).
     func start() {
         guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        let descriptor = lull_clock_watch_create()
-        guard descriptor >= 0 else {
-            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (errno \(-descriptor)): wall-clock timers will not follow them" }
+        let descriptor: Int32
+        do throws(SystemError) {
+            descriptor = try Syscall.shim("timerfd_create") { lull_clock_watch_create() }
+        } catch {
+            RuntimeLog.once("clock-watch") { "cannot watch for system clock changes (\(error)): wall-clock timers will not follow them" }
             return
         }
         // Stored before the registration so that an event that arrives at once finds it.

@@ -17,8 +17,3 @@ enum RuntimeLog {
         logger.warning("\(message)")
     }
 }
-
-/// Stops the program for a programmer error, with a message that names the object.
-func lullFatal(_ message: String, file: StaticString = #file, line: UInt = #line) -> Never {
-    fatalError("Lull: \(message)", file: file, line: line)
-}

@@ -25,7 +25,8 @@ import Glibc
 final class ThreadStarter: Sendable {
     /// One creation asked of the starter: the result is `pending` until answered.
     final class Request: Sendable {
-        static let pending: Int32 = -1
+        /// Not a result: `pthread_create` through its shim gives 0 or -errno.
+        static let pending: Int32 = .min
         let create: @Sendable () -> Int32
         let result = Atomic<Int32>(Request.pending)
         let answered = Parker()
@@ -59,7 +60,7 @@ final class ThreadStarter: Sendable {
         guard result == 0 else {
             Unmanaged<ThreadStarter>.fromOpaque(context).release()
             RuntimeLog.once("thread-starter-failed") {
-                "could not start Lull's thread starter (pthread_create failed with errno \(result)); workers created by lower-priority workers keep their creator's nice value"
+                "could not start Lull's thread starter (\(SystemError("pthread_create", code: -result))); workers created by lower-priority workers keep their creator's nice value"
             }
             return nil
         }

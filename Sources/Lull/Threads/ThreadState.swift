@@ -82,7 +82,10 @@ final class ThreadState {
             guard let pointer else { return }
             Unmanaged<ThreadState>.fromOpaque(pointer).release()
         }
-        guard result == 0 else { fatalError("Lull: pthread_key_create failed with \(result)") }
+        guard result == 0 else {
+            lullFatal("cannot make the key of its per-thread state", error: SystemError("pthread_key_create", code: result),
+                      remedy: "The process has used all of its PTHREAD_KEYS_MAX thread-specific keys")
+        }
         return key
     }()
 
@@ -113,7 +116,10 @@ final class ThreadState {
             Unmanaged<ThreadState>.fromOpaque(old).release()
         }
         let result = pthread_setspecific(key, Unmanaged.passRetained(state).toOpaque())
-        precondition(result == 0, "Lull: pthread_setspecific failed with \(result)")
+        guard result == 0 else {
+            lullFatal("cannot record the thread's state", error: SystemError("pthread_setspecific", code: result),
+                      remedy: "The system is out of memory")
+        }
         return state
     }
 

@@ -268,14 +268,13 @@ final class WorkerPool: Sendable {
         if pollerSlot.state == .requested(worker.token) { pollerSlot.withdraw(for: worker.token) }
         threadCreationFailures.add(1, ordering: .relaxed)
         RuntimeLog.once("thread-create-failed") {
-            "could not start a \(pool.qosClass.name) worker thread: pthread_create failed with errno \(result); queued work waits for an existing thread, and the pool tries again with back-off"
+            "could not start a \(pool.qosClass.name) worker thread: \(SystemError("pthread_create", code: -result)); queued work waits for an existing thread, and the pool tries again with back-off"
         }
         noteSaturated()
         return false
     }
 
-    /// `pthread_create` of a worker thread whose retained `Worker` is `context`: 0 or the
-    /// error number.
+    /// `pthread_create` of a worker thread whose retained `Worker` is `context`: 0 or -errno.
     private static func spawnWorkerThread(_ context: UnsafeMutableRawPointer) -> Int32 {
         var thread = pthread_t()
         var attributes = pthread_attr_t()

@@ -28,8 +28,12 @@ enum SystemClock {
 
     private static func read(_ clock: clockid_t) -> UInt64 {
         var now = timespec()
+        // Called directly, not through `Syscall`: every timer operation reads the clock, and
+        // clock_gettime (a vDSO call) is never interrupted; its only failure is a clock the
+        // kernel lacks.
         guard clock_gettime(clock, &now) == 0 else {
-            fatalError("Lull: clock_gettime(\(clock)) failed with errno \(errno)")
+            lullFatal("cannot read clock \(clock)", error: SystemError("clock_gettime", code: errno),
+                      remedy: "Lull needs the kernel's CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE and CLOCK_THREAD_CPUTIME_ID")
         }
         return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
     }
