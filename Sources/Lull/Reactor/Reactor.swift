@@ -104,7 +104,7 @@ final class Reactor: Sendable {
                 close(descriptor)
             }
         }
-        ControlSocket.listen(on: base)
+        ControlSocket.listen(on: base, watch: { self.watchReadable($0, $1) })  // TEMPORARY wiring: the Runtime passes the reactor's watch
     }
 
     /// A new libevent event on this base for a descriptor.
@@ -333,12 +333,12 @@ final class Reactor: Sendable {
     func addInterest() {
         ForkGuard.check()
         let (old, _) = interest.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        if old == 0 { ControlSocket.pollingMayHaveChanged(self) }
+        if old == 0 { ControlSocket.pollingMayHaveChanged(isPolled: { needsPoller }) }
         WorkerPool.shared.ensurePoller()
     }
 
     func removeInterest() {
         let (_, new) = interest.subtract(1, ordering: .acquiringAndReleasing)
-        if new == 0 { ControlSocket.pollingMayHaveChanged(self) }
+        if new == 0 { ControlSocket.pollingMayHaveChanged(isPolled: { needsPoller }) }
     }
 }
