@@ -22,7 +22,7 @@ LSAN_OPTIONS ?= suppressions=$(CURDIR)/.ci/lsan-suppressions.txt
 export TSAN_OPTIONS ASAN_OPTIONS LSAN_OPTIONS
 STRESS_FILTER = InterleavingStressTests
 
-.PHONY: all deps bench-deps build test test-tsan stress stress-asan demo bench clean
+.PHONY: all deps bench-deps build test test-tsan stress stress-asan demo bench check-layers clean
 
 all: build
 
@@ -60,6 +60,11 @@ stress-asan: deps
 
 demo: deps
 	SWIFT="$(SWIFT)" ./scripts/demo.sh
+
+# The folders of Sources/Lull as layers: prints their dependencies, fails on a cycle or on
+# an edge against the order declared in the script.
+check-layers:
+	python3 scripts/check-layers.py
 
 bench: bench-deps
 	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)

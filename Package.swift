@@ -22,11 +22,19 @@ let package = Package(
             providers: [.apt(["libevent-dev"])]
         ),
         .target(name: "CLullShims"),
+        // Wake-up diagnostics beside the runtime: the formats the runtime's recorder shares
+        // with its readers (the trace file's layout, the control socket's address, the
+        // environment), and the reader that turns a trace into a `WakeupReport`, which both
+        // `RuntimeDiagnostics` and `timerfires` print.
+        .target(name: "LullDiagnosticsFormat", swiftSettings: strictSettings),
+        .target(name: "LullWakeupReport", dependencies: ["LullDiagnosticsFormat"], swiftSettings: strictSettings),
         .target(
             name: "Lull",
             dependencies: [
                 "CLibevent",
                 "CLullShims",
+                "LullDiagnosticsFormat",
+                "LullWakeupReport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -76,8 +84,8 @@ let package = Package(
         .executableTarget(
             name: "timerfires",
             dependencies: [
-                "Lull",
-                "CLullShims",
+                "LullDiagnosticsFormat",
+                "LullWakeupReport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/timerfires",
@@ -104,7 +112,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit"],
+            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit", "LullDiagnosticsFormat", "LullWakeupReport"],
             swiftSettings: strictSettings
         ),
     ],

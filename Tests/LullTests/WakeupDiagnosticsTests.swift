@@ -2,6 +2,8 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Lull
+import LullDiagnosticsFormat
+@testable import LullWakeupReport
 
 extension LullSuite {
     /// The report's arithmetic on known inputs.
@@ -100,6 +102,40 @@ extension LullSuite {
             let allFires = report.timers.reduce(0) { $0 + $1.fires }
             #expect(report.coalescing.windows >= 2 && report.coalescing.windows <= allFires)
             #expect(report.kernel != nil)
+        }
+
+        @Test func countsChangesFromOtherThreadsWhileAPollIsInProgress() throws {
+            try RuntimeDiagnostics.start()
+            let queue = WorkQueue(label: "lull.test.diagnostics.cross-thread")
+            // A far timer keeps a worker asleep in the reactor's poll.
+            let far = EventSource.makeTimerSource(queue: queue)
+            far.schedule(deadline: .now() + .seconds(60))
+            far.setEventHandler {}
+            far.activate()
+            defer { far.cancel() }
+            // The poll in progress started after the recording (the timer's activation made
+            // the poller start a new one): the recorder knows which thread is in it.
+            #expect(waitUntil { pollerIsAsleep() })
+            // A descriptor registered by a thread other than the poller's: libevent wakes the
+            // poller to look at its changed set.
+            var ends: [Int32] = [0, 0]
+            try #require(pipe(&ends) == 0)
+            let source = EventSource.makeReadSource(fileDescriptor: ends[0], queue: queue)
+            let readable = Flag()
+            let cancelled = Flag()
+            source.setEventHandler { readable.set() }
+            source.setCancelHandler { cancelled.set() }
+            source.activate()
+            var byte: UInt8 = 1
+            #expect(write(ends[1], &byte, 1) == 1)
+            #expect(waitUntil { readable.isSet })
+            source.cancel()
+            #expect(waitUntil { cancelled.isSet })
+            close(ends[0])
+            close(ends[1])
+            let report = try #require(RuntimeDiagnostics.stop())
+            #expect(report.wakeups.crossThread.count >= 1)
+            #expect(report.wakeups.descriptor.count >= 1)
         }
 
         @Test func memoryIsBoundedByTheRing() throws {
@@ -388,7 +424,17 @@ extension LullSuite {
 /// creates them right at start).
 func listensForDiagnostics(pid: pid_t) -> Bool {
     guard let table = KernelSwitches.readSmallFile("/proc/net/unix") else { return false }
-    return table.contains("@\(ControlSocket.name(pid: pid))")
+    return table.contains("@\(ControlSocketAddress.name(pid: pid))")
+}
+
+/// True while the polling worker sleeps in the kernel: inside libevent's loop (the only
+/// place a polling worker sleeps).
+func pollerIsAsleep() -> Bool {
+    let tid = Runtime.shared.pool.pollerThreadID.load(ordering: .acquiring)
+    guard tid != 0, let stat = KernelSwitches.readSmallFile("/proc/self/task/\(tid)/stat"),
+          let nameEnd = stat.lastIndex(of: ")") else { return false }
+    // "tid (name) S ...": the state follows the name.
+    return stat[stat.index(after: nameEnd)...].dropFirst().first == "S"
 }
 
 /// Spins until the calling thread has used `milliseconds` of CPU time.

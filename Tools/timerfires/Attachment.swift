@@ -1,10 +1,12 @@
-import Lull
+import LullDiagnosticsFormat
+import LullWakeupReport
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `timerfires --pid PID`: asks a running Lull program, through its diagnostics socket
-/// (see ControlSocket in the runtime), to record into a file for a while.
+/// (at `ControlSocketAddress`; ControlSocket in the runtime serves it), to record into a
+/// file for a while.
 struct Attachment {
     let pid: Int32
     let traceFile: TraceFile
@@ -62,7 +64,7 @@ struct Attachment {
     private func connect() throws -> Int32 {
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { throw ToolError("socket() failed: \(String(cString: strerror(errno)))") }
-        var address = ControlSocket.abstractAddress(ControlSocket.name(pid: pid))
+        var address = ControlSocketAddress.of(pid: pid)
         let connected = withUnsafePointer(to: &address.address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, address.length) }
         }

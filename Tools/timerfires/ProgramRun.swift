@@ -1,4 +1,5 @@
-import Lull
+import LullDiagnosticsFormat
+import LullWakeupReport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -82,14 +83,14 @@ struct ProgramRun {
         var index = 0
         while let entry = environ[index] {
             let text = String(cString: entry)
-            if !text.hasPrefix(RuntimeDiagnostics.traceEnvironmentVariable + "=")
-                && !text.hasPrefix(RuntimeDiagnostics.capacityEnvironmentVariable + "=") {
+            if !text.hasPrefix(DiagnosticsEnvironment.traceFile + "=")
+                && !text.hasPrefix(DiagnosticsEnvironment.capacity + "=") {
                 environment.append(text)
             }
             index += 1
         }
-        environment.append("\(RuntimeDiagnostics.traceEnvironmentVariable)=\(traceFile.path)")
-        environment.append("\(RuntimeDiagnostics.capacityEnvironmentVariable)=\(records)")
+        environment.append("\(DiagnosticsEnvironment.traceFile)=\(traceFile.path)")
+        environment.append("\(DiagnosticsEnvironment.capacity)=\(records)")
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Lull
+import LullDiagnosticsFormat
+import LullWakeupReport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,7 +31,7 @@ struct Timerfires: ParsableCommand {
     var seconds: Double?
 
     @Option(help: "Records the program keeps (wake-ups and timer fires, 64 bytes each; the oldest give way).")
-    var records: Int = RuntimeDiagnostics.defaultCapacity
+    var records: Int = TraceLayout.defaultRecordCapacity
 
     @Option(help: "Keep the trace in this file (it must not exist yet).")
     var trace: String?
@@ -48,7 +49,9 @@ struct Timerfires: ParsableCommand {
         }
         if seconds != nil && pid == nil { throw ValidationError("--seconds goes with --pid") }
         if let seconds, !(seconds > 0) { throw ValidationError("--seconds must be positive") }
-        guard (1...16_777_216).contains(records) else { throw ValidationError("--records must be in 1...16777216") }
+        guard (1...TraceLayout.maximumRecordCapacity).contains(records) else {
+            throw ValidationError("--records must be in 1...\(TraceLayout.maximumRecordCapacity)")
+        }
     }
 
     func run() throws {
@@ -112,7 +115,7 @@ struct Collected {
     }
 
     func report(groupingByIdentity: Bool) -> WakeupReport {
-        WakeupReport(trace: trace, endTime: endTime, groupingByIdentity: groupingByIdentity, kernel: kernel)
+        trace.report(endTime: endTime, groupingByIdentity: groupingByIdentity, kernel: kernel)
     }
 }
 

@@ -1,5 +1,6 @@
 import CLibevent
 import CLullShims
+import LullDiagnosticsFormat
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -16,22 +17,25 @@ import Glibc
 /// protocol is one line per request: `start <capacity> <trace path>` answers `ok <pid>` or
 /// `error <why>`, `stop` answers `ok`; closing the connection also stops the recording it
 /// started.
-package enum ControlSocket {
-    package static func name(pid: Int32) -> String { "lull-diagnostics.\(pid)" }
-
+///
+/// The socket knows nothing of the reactor: it gets libevent's base for its listener, and
+/// `WatchReadable` to have each connection watched (see `listen`).
+enum ControlSocket {
     /// The listener's libevent event (its address: libevent serialises every call on it
-    /// with the base's lock) and whether it is in the base's set.
+    /// with the base's lock), whether it is in the base's set, and how connections are
+    /// watched.
     private struct Listener {
         var event: UInt = 0
         var added = false
+        var watch: WatchReadable?
     }
 
     private static let listener = Mutex<Listener>(Listener())
 
-    /// Creates the listener (not yet in the poll set); failures are logged once
-    /// (diagnostics are optional, the program runs on without them). Also starts a
-    /// recording the environment asks for.
-    static func listen(on base: OpaquePointer) {
+    /// Creates the listener on `base` (not yet in the poll set); connections are watched
+    /// with `watch`. Failures are logged once (diagnostics are optional, the program runs
+    /// on without them). Also starts a recording the environment asks for.
+    static func listen(on base: OpaquePointer, watch: @escaping WatchReadable) {
         RuntimeDiagnostics.environmentChecked.touch()
         let descriptor: Int32
         do throws(SystemError) {
@@ -42,7 +46,7 @@ package enum ControlSocket {
             RuntimeLog.once("diagnostics-socket") { "no diagnostics socket: \(error)" }
             return
         }
-        var address = abstractAddress(name(pid: getpid()))
+        var address = ControlSocketAddress.of(pid: getpid())
         do throws(SystemError) {
             _ = try Syscall.posix("bind") {
                 withUnsafePointer(to: &address.address) {
@@ -63,16 +67,22 @@ package enum ControlSocket {
             close(descriptor)
             return
         }
-        listener.locked { $0.event = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(event))) }
+        listener.locked { state in
+            state.event = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(event)))
+            state.watch = watch
+        }
     }
 
     /// Called when the reactor's interest went from or to zero: puts the listener in the
     /// poll set while the reactor is polled, and takes it out when it is not (so that it
-    /// never keeps a worker in libevent's loop by itself).
-    static func pollingMayHaveChanged(_ reactor: Reactor) {
+    /// never keeps a worker in libevent's loop by itself). `isPolled` is read under the
+    /// listener's lock, and libevent is called under it too: the last change to take the
+    /// lock reads the latest interest, so concurrent changes cannot leave the listener in
+    /// the set of a reactor nobody polls.
+    static func pollingMayHaveChanged(isPolled: () -> Bool) {
         listener.locked { state in
             guard let event = OpaquePointer(bitPattern: state.event) else { return }
-            let wanted = reactor.needsPoller
+            let wanted = isPolled()
             guard wanted != state.added else { return }
             if wanted {
                 if lull_event_add(event, nil) != 0 {
@@ -87,26 +97,13 @@ package enum ControlSocket {
         }
     }
 
-    /// An abstract `sockaddr_un` (leading NUL, no file) and its length.
-    package static func abstractAddress(_ name: String) -> (address: sockaddr_un, length: socklen_t) {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(name.utf8.prefix(100))
-        withUnsafeMutableBytes(of: &address.sun_path) { path in
-            path[0] = 0
-            for (index, byte) in bytes.enumerated() { path[index + 1] = byte }
-        }
-        let length = MemoryLayout<sa_family_t>.size + 1 + bytes.count
-        return (address, socklen_t(length))
-    }
-
     /// On the poller: takes every pending connection (the listener is edge-triggered).
-    private static func acceptConnections(_ listener: Int32) {
+    private static func acceptConnections(_ listening: Int32) {
         Diagnostics.descriptorEventArrived()
         while true {
             let connection: Int32
             do throws(SystemError) {
-                connection = try Syscall.shim("accept4") { lull_accept_nonblocking(listener) }
+                connection = try Syscall.shim("accept4") { lull_accept_nonblocking(listening) }
             } catch {
                 if error.code == ECONNABORTED { continue }
                 if error.code != EAGAIN && error.code != EWOULDBLOCK {
@@ -114,11 +111,11 @@ package enum ControlSocket {
                 }
                 return
             }
-            guard peerIsTrusted(connection) else {
+            guard peerIsTrusted(connection), let watch = listener.locked({ $0.watch }) else {
                 close(connection)
                 continue
             }
-            ControlConnection.serve(connection)
+            ControlConnection.serve(connection, watch: watch)
         }
     }
 
@@ -129,10 +126,18 @@ package enum ControlSocket {
     }
 }
 
+/// Has `descriptor` watched by the reactor: `readable` runs on the poller each time it
+/// becomes readable (edge-triggered), and while watched the descriptor keeps the reactor
+/// polled. Returns the function that stops watching (when it returns, no call of `readable`
+/// runs or will run), or nil when the reactor refuses the descriptor.
+typealias WatchReadable = @Sendable (_ descriptor: Int32, _ readable: @escaping @Sendable () -> Void)
+    -> (@Sendable () -> Void)?
+
 /// One `timerfires` connected to this process.
-final class ControlConnection: ReactorEventHandler {
+final class ControlConnection: Sendable {
     private struct State {
-        var registration: DescriptorRegistration?
+        /// Stops the reactor's watch of the connection (nil: not watched, or finished).
+        var stopWatching: (@Sendable () -> Void)?
         var pending: [UInt8] = []
         var startedRecording = false
         var closed = false
@@ -145,19 +150,20 @@ final class ControlConnection: ReactorEventHandler {
         self.descriptor = descriptor
     }
 
-    static func serve(_ descriptor: Int32) {
+    /// On the poller (so that no call of `readable` runs before the watch is stored: the
+    /// reactor calls it on the poller too).
+    static func serve(_ descriptor: Int32, watch: WatchReadable) {
         let connection = ControlConnection(descriptor: descriptor)
-        do throws(ReactorError) {
-            let registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, handler: connection)
-            connection.state.locked { $0.registration = registration }
-            // Edge-triggered: a request that arrived before the registration is read now.
-            connection.reactorEvent(readable: true, writable: false)
-        } catch {
+        guard let stop = watch(descriptor, { connection.readable() }) else {
             close(descriptor)
+            return
         }
+        connection.state.locked { $0.stopWatching = stop }
+        // Edge-triggered: a request that arrived before the watch is read now.
+        connection.readable()
     }
 
-    func reactorEvent(readable: Bool, writable: Bool) {
+    private func readable() {
         var buffer = [UInt8](repeating: 0, count: 1024)
         var finished = false
         while true {
@@ -228,14 +234,14 @@ final class ControlConnection: ReactorEventHandler {
 
     private func finish() {
         stopOwnRecording()
-        let registration = state.locked { state -> DescriptorRegistration? in
+        let stopWatching = state.locked { state -> (@Sendable () -> Void)? in
             guard !state.closed else { return nil }
             state.closed = true
-            defer { state.registration = nil }
-            return state.registration
+            defer { state.stopWatching = nil }
+            return state.stopWatching
         }
-        guard let registration else { return }
-        registration.remove()
+        guard let stopWatching else { return }
+        stopWatching()
         close(descriptor)
     }
 }

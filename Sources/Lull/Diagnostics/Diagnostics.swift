@@ -1,4 +1,3 @@
-import CLullShims
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -35,8 +34,8 @@ enum Diagnostics {
     /// After libevent's loop returned `result` (1: it had nothing to wait for).
     @inline(__always)
     static func pollDidEnd(_ watched: Bool, result: Int32) {
-        guard watched, result == 0 else { return }
-        recorder.pollDidEnd()
+        guard watched else { return }
+        recorder.pollDidEnd(waited: result == 0)
     }
 
     /// In the reactor's timer callback (on the poller).
@@ -53,40 +52,36 @@ enum Diagnostics {
         recorder.descriptorEventArrived()
     }
 
-    /// Before the reactor's events change: from a thread other than the poller's, libevent
-    /// wakes the poller (through its notification descriptor) to look at the change.
+    /// Before the reactor's events change: from a thread other than the one in libevent's
+    /// loop, libevent wakes that thread (through its notification descriptor) to look at
+    /// the change. The recorder knows the looping thread from `pollWillStart`.
     @inline(__always)
     static func reactorWillChange() {
         guard isOn else { return }
-        let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .relaxed)
-        if poller != 0 && poller != lull_gettid() { recorder.crossThreadNotification() }
+        recorder.reactorWillChange(on: pthread_self())
     }
 
     // MARK: Timers
 
-    /// The timer engine is about to perform `entry`, due at `now`.
+    /// The timer engine is about to perform `timer` (one of its entries), whose window
+    /// [`deadline`, `deadline + leeway`] it read under its lock, at `now`. A timer that is
+    /// not a `DiagnosedTimer` is the runtime's own.
     @inline(__always)
-    static func timerWillFire(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, now: UInt64) {
+    static func timerWillFire(_ timer: AnyObject, deadline: UInt64, leeway: UInt64, now: UInt64) {
         guard isOn else { return }
-        recordFire(entry, deadline: deadline, leeway: leeway, now: now)
+        recordFire(timer, deadline: deadline, leeway: leeway, now: now)
     }
 
-    /// `deadline` and `leeway` are the fired window's, as the engine read them under its lock.
-    private static func recordFire(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64, now: UInt64) {
-        let origin: TimerFireOrigin
-        var fires: UInt64 = 1
-        switch entry {
-        case let delayed as DelayedEntry:
-            let qos = delayed.job.qos.qosClass != .unspecified ? delayed.job.qos.qosClass : delayed.queue.qos.qosClass
-            origin = TimerFireOrigin(identity: delayed.origin?.site.description ?? "asyncAfter (scheduled before recording)",
-                                     queue: delayed.queue.label, qos: qos == .unspecified ? .default : qos, instance: 0)
-        case let timer as TimerCore:
-            let (source, interval) = timer.diagnosticsOrigin()
-            origin = source
-            if let interval, interval > 0, now > deadline { fires += (now - deadline) / interval }
-        default:
-            origin = TimerFireOrigin(identity: "lull.housekeeping", queue: "(reactor)", qos: .default, instance: 0)
+    private static func recordFire(_ timer: AnyObject, deadline: UInt64, leeway: UInt64, now: UInt64) {
+        guard let diagnosed = timer as? DiagnosedTimer else {
+            let housekeeping = TimerFireOrigin(identity: "lull.housekeeping", queue: "(reactor)", qos: .default, instance: 0)
+            recorder.timerFired(housekeeping, deadline: deadline, leeway: leeway, fires: 1, now: now)
+            return
         }
+        let (origin, interval) = diagnosed.diagnosticsOrigin()
+        var fires: UInt64 = 1
+        // A late repeating timer delivers the fires it missed with this one.
+        if let interval, interval > 0, now > deadline { fires += (now - deadline) / interval }
         recorder.timerFired(origin, deadline: deadline, leeway: leeway, fires: fires, now: now)
     }
 
@@ -118,6 +113,14 @@ enum Diagnostics {
     static func threadCPUNanoseconds() -> UInt64 {
         max(1, SystemClock.threadCPUNanoseconds())
     }
+}
+
+/// A timer that names its fires in wake-up diagnostics: a timer source or an `asyncAfter`
+/// block (the timer engine's other entries are the runtime's own).
+protocol DiagnosedTimer: AnyObject {
+    /// Who its fires belong to, and its interval (nil: a one-shot), which tells how many
+    /// fires a late fire stands for. Called only while diagnostics are on.
+    func diagnosticsOrigin() -> (TimerFireOrigin, interval: UInt64?)
 }
 
 /// Where an `asyncAfter` block was scheduled from, kept by its timer entry (boxed: an

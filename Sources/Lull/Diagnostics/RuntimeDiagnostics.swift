@@ -1,3 +1,5 @@
+import LullDiagnosticsFormat
+import LullWakeupReport
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -25,9 +27,9 @@ import Glibc
 public enum RuntimeDiagnostics {
     /// The environment variable through which `timerfires` asks a program it starts to
     /// record into a trace file (which the tool has created).
-    public static let traceEnvironmentVariable = "LULL_DIAGNOSTICS_TRACE"
+    public static let traceEnvironmentVariable = DiagnosticsEnvironment.traceFile
     /// The ring's capacity in records for a recording the environment asks for.
-    public static let capacityEnvironmentVariable = "LULL_DIAGNOSTICS_RECORDS"
+    public static let capacityEnvironmentVariable = DiagnosticsEnvironment.capacity
     /// The ring's capacity when none is given: 262,144 records (16 MiB, touched as used).
     public static let defaultCapacity = TraceLayout.defaultRecordCapacity
 
@@ -80,8 +82,8 @@ public enum RuntimeDiagnostics {
         let kernel = baseline.flatMap { start in
             KernelSwitches.voluntary(pid: getpid()).map { KernelCount(voluntarySwitches: $0.total - start, threads: $0.threads) }
         }
-        return WakeupReport(trace: trace, endTime: SystemClock.monotonicNanoseconds(),
-                            groupingByIdentity: groupingByIdentity, kernel: kernel)
+        return trace.report(endTime: SystemClock.monotonicNanoseconds(), groupingByIdentity: groupingByIdentity,
+                            kernel: kernel)
     }
 
     // MARK: For the runtime and the control socket

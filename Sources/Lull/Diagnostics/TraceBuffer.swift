@@ -1,3 +1,5 @@
+import LullDiagnosticsFormat
+import LullWakeupReport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -110,8 +112,8 @@ final class TraceBuffer: @unchecked Sendable {
         add(1, at: TraceLayout.Header.wakeupCounts + Int(cause.rawValue) * 8)
     }
 
-    func addCPU(_ nanoseconds: UInt64, qosIndex: Int) {
-        add(nanoseconds, at: TraceLayout.Header.cpuNanoseconds + qosIndex * 8)
+    func addCPU(_ nanoseconds: UInt64, qos: TraceQoS) {
+        add(nanoseconds, at: TraceLayout.Header.cpuNanoseconds + Int(qos.rawValue) * 8)
     }
 
     func markStopped() {

@@ -1,3 +1,5 @@
+import LullDiagnosticsFormat
+import LullWakeupReport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -12,6 +14,9 @@ final class WakeupRecorder: Sendable {
         var buffer: TraceBuffer?
         /// The sequence number of the reactor poll in progress (or last finished).
         var wakeup: UInt64 = 0
+        /// The thread inside libevent's loop, while a poll this recording saw start is in
+        /// progress: a change from any other thread makes libevent wake it.
+        var pollingThread: pthread_t?
         var sawTimer = false
         var sawDescriptor = false
     }
@@ -56,17 +61,23 @@ final class WakeupRecorder: Sendable {
         return try result.get()
     }
 
+    /// On the poller, before it enters libevent's loop.
     func pollWillStart() {
+        let thread = pthread_self()
         state.locked { state in
             state.wakeup &+= 1
+            state.pollingThread = thread
             state.sawTimer = false
             state.sawDescriptor = false
         }
     }
 
-    func pollDidEnd() {
+    /// On the poller, after libevent's loop returned; `waited`: it waited for events (its
+    /// result was 0), which makes it a wake-up.
+    func pollDidEnd(waited: Bool) {
         state.locked { state in
-            guard let buffer = state.buffer else { return }
+            state.pollingThread = nil
+            guard waited, let buffer = state.buffer else { return }
             let cause: WakeupCause = state.sawTimer ? .timer : state.sawDescriptor ? .descriptor : .other
             buffer.countWakeup(cause)
             buffer.append(.wakeup, detail: cause.rawValue, wakeup: state.wakeup,
@@ -82,14 +93,20 @@ final class WakeupRecorder: Sendable {
         state.locked { $0.sawDescriptor = true }
     }
 
-    func crossThreadNotification() {
-        state.locked { $0.buffer?.countWakeup(.crossThread) }
+    /// Before the reactor's events change on `thread`: counts libevent's notification when
+    /// another thread is in the loop (a poll that started before the recording is not
+    /// known, and its notifications are not counted).
+    func reactorWillChange(on thread: pthread_t) {
+        state.locked { state in
+            guard let polling = state.pollingThread, polling != thread else { return }
+            state.buffer?.countWakeup(.crossThread)
+        }
     }
 
     func timerFired(_ origin: TimerFireOrigin, deadline: UInt64, leeway: UInt64, fires: UInt64, now: UInt64) {
         state.locked { state in
             guard let buffer = state.buffer else { return }
-            buffer.append(.timerFire, detail: UInt8(TraceLayout.qosIndex(origin.qos)), wakeup: state.wakeup, time: now,
+            buffer.append(.timerFire, detail: TraceQoS(origin.qos).rawValue, wakeup: state.wakeup, time: now,
                           deadline: deadline, leeway: leeway, fireCount: UInt16(clamping: fires),
                           identity: buffer.intern(origin.identity), queue: buffer.intern(origin.queue),
                           instance: origin.instance)
@@ -97,7 +114,21 @@ final class WakeupRecorder: Sendable {
     }
 
     func addCPU(_ nanoseconds: UInt64, qos: QoS.QoSClass) {
-        state.locked { $0.buffer?.addCPU(nanoseconds, qosIndex: TraceLayout.qosIndex(qos)) }
+        state.locked { $0.buffer?.addCPU(nanoseconds, qos: TraceQoS(qos)) }
+    }
+}
+
+extension TraceQoS {
+    /// How a trace stores `qosClass`.
+    init(_ qosClass: QoS.QoSClass) {
+        switch qosClass {
+        case .unspecified: self = .unspecified
+        case .background: self = .background
+        case .utility: self = .utility
+        case .default: self = .default
+        case .userInitiated: self = .userInitiated
+        case .userInteractive: self = .userInteractive
+        }
     }
 }
 

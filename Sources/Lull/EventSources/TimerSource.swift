@@ -281,6 +281,8 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     }
 }
 
+extension TimerCore: DiagnosedTimer {}
+
 /// The schedule of a repeating or wall-clock timer: fire k is due at start + k × interval
 /// (on the wall clock for a wall timer).
 struct TimerGrid {

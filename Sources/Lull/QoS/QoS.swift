@@ -1,3 +1,5 @@
+import LullDiagnosticsFormat
+
 /// A quality-of-service class and a relative priority inside it: one abstract parameter that
 /// Lull turns into a thread's nice value, its I/O class and its timer coalescing.
 public struct QoS: Hashable, Sendable {
@@ -45,15 +47,11 @@ public struct QoS: Hashable, Sendable {
             self == .unspecified ? 2 : rank - 1
         }
 
+        /// The class as powermetrics names it ("background", ..., "user-interactive"): the
+        /// name wake-up reports use too (`TraceQoS`, whose raw values are the ranks).
         var name: String {
-            switch self {
-            case .unspecified: "unspecified"
-            case .background: "background"
-            case .utility: "utility"
-            case .default: "default"
-            case .userInitiated: "user-initiated"
-            case .userInteractive: "user-interactive"
-            }
+            // Every rank (0...5) is a raw value of `TraceQoS`.
+            TraceQoS(rawValue: UInt8(rank))!.name
         }
     }
 

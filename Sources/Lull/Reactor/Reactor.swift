@@ -127,7 +127,7 @@ final class Reactor: Sendable {
 
     /// The diagnostics socket's listener joins this base (from the composition root).
     func listenForDiagnostics() {
-        ControlSocket.listen(on: base)
+        ControlSocket.listen(on: base, watch: { self.watchReadable($0, $1) })
     }
 
     /// A new libevent event on this base for a descriptor.
@@ -405,7 +405,7 @@ final class Reactor: Sendable {
     /// own wake-up would reach a poller.
     private func interestChanged(_ change: InterestChange, requestsPoller: Bool) {
         switch change {
-        case .raisedFromZero, .droppedToZero: ControlSocket.pollingMayHaveChanged(self)
+        case .raisedFromZero, .droppedToZero: ControlSocket.pollingMayHaveChanged(isPolled: { needsPoller })
         case .raised, .dropped, .unchanged: break
         }
         switch change {

@@ -1,5 +1,5 @@
 /// A JSON document, built in code and rendered as text (the runtime has no Foundation).
-package indirect enum JSONValue: Equatable, Sendable {
+indirect enum JSONValue: Equatable, Sendable {
     case object([(String, JSONValue)])
     case array([JSONValue])
     case string(String)
@@ -8,12 +8,12 @@ package indirect enum JSONValue: Equatable, Sendable {
     case bool(Bool)
     case null
 
-    package static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+    static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
         lhs.rendered() == rhs.rendered()
     }
 
     /// Compact JSON text, or indented with two spaces per level.
-    package func rendered(indented: Bool = false) -> String {
+    func rendered(indented: Bool = false) -> String {
         var text = ""
         render(into: &text, indent: indented ? 0 : nil)
         return text

@@ -4,10 +4,10 @@ import Glibc
 
 /// The process's wake-ups as the kernel counts them: the voluntary context switches of its
 /// threads (`/proc/PID/task/*/status`). A thread that exited takes its count with it.
-package enum KernelSwitches {
+public enum KernelSwitches {
     /// The sum over the live threads of `pid`, and how many there are; nil if the process
     /// is gone or not readable.
-    package static func voluntary(pid: Int32) -> (total: Int, threads: Int)? {
+    public static func voluntary(pid: Int32) -> (total: Int, threads: Int)? {
         guard let directory = opendir("/proc/\(pid)/task") else { return nil }
         defer { closedir(directory) }
         var total = 0
@@ -31,15 +31,16 @@ package enum KernelSwitches {
     }
 
     /// The text of a small file (a /proc entry), or nil if it cannot be read.
-    package static func readSmallFile(_ path: String) -> String? {
+    public static func readSmallFile(_ path: String) -> String? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
-            guard let count = try? Syscall.posix("read", { chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) } })
-            else { return nil }
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return nil }
             if count == 0 { break }
             bytes += chunk[0..<count]
         }

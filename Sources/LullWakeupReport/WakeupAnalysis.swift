@@ -1,9 +1,11 @@
+import LullDiagnosticsFormat
+
 /// The numbers of a `WakeupReport` computed from a trace.
 enum WakeupAnalysis {
     private struct RowKey: Hashable {
         var identity: String
         var queue: String
-        var qos: QoS.QoSClass
+        var qos: TraceQoS
         var instance: UInt64
     }
 
@@ -56,7 +58,11 @@ enum WakeupAnalysis {
     }
 
     static func coalescing(_ fires: [TraceFire]) -> WakeupReport.Coalescing {
-        let optimal = optimalWakeups(fires.map { (start: $0.deadline, end: $0.deadline.saturatingAdding(nanoseconds: Int128($0.leeway))) })
+        let optimal = optimalWakeups(fires.map { fire in
+            // The window's end, at most the end of the clock (a leeway may be "no end").
+            let (end, overflow) = fire.deadline.addingReportingOverflow(fire.leeway)
+            return (start: fire.deadline, end: overflow ? .max : end)
+        })
         let used = Set(fires.map(\.wakeup)).count
         return WakeupReport.Coalescing(windows: fires.count, wakeupsWithTimerFires: used, optimalWakeups: optimal,
                                        ratio: optimal > 0 ? Double(used) / Double(optimal) : nil)

@@ -43,7 +43,7 @@ extension WakeupReport {
         jsonValue.rendered(indented: true)
     }
 
-    package var jsonValue: JSONValue {
+    var jsonValue: JSONValue {
         func rate(_ rate: Rate) -> JSONValue {
             .object([("count", .integer(rate.count)), ("perSecond", .number(rate.perSecond))])
         }

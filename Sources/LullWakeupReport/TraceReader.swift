@@ -1,9 +1,10 @@
+import LullDiagnosticsFormat
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Why a trace cannot be read.
-package enum TraceError: Error, CustomStringConvertible, Equatable {
+public enum TraceError: Error, CustomStringConvertible, Equatable {
     /// The file is empty: the program never started recording.
     case empty
     /// Not a trace, or a trace whose numbers contradict each other.
@@ -11,7 +12,7 @@ package enum TraceError: Error, CustomStringConvertible, Equatable {
     /// The file cannot be read.
     case unreadable(String)
 
-    package var description: String {
+    public var description: String {
         switch self {
         case .empty: "the trace is empty: the program never started recording (is it a Lull program?)"
         case .damaged(let why): "the trace is damaged: \(why)"
@@ -21,42 +22,42 @@ package enum TraceError: Error, CustomStringConvertible, Equatable {
 }
 
 /// One timer fire as recorded.
-package struct TraceFire: Sendable {
-    package var wakeup: UInt64
-    package var time: UInt64
-    package var deadline: UInt64
-    package var leeway: UInt64
-    package var count: Int
-    package var identity: String
-    package var queue: String
-    package var qos: QoS.QoSClass
-    package var instance: UInt64
+public struct TraceFire: Sendable {
+    public var wakeup: UInt64
+    public var time: UInt64
+    public var deadline: UInt64
+    public var leeway: UInt64
+    public var count: Int
+    public var identity: String
+    public var queue: String
+    public var qos: TraceQoS
+    public var instance: UInt64
 }
 
 /// One reactor wake-up as recorded.
-package struct TraceWakeup: Sendable {
-    package var sequence: UInt64
-    package var time: UInt64
-    package var cause: WakeupCause
+public struct TraceWakeup: Sendable {
+    public var sequence: UInt64
+    public var time: UInt64
+    public var cause: WakeupCause
 }
 
 /// A decoded trace: what the recorder wrote, checked for consistency.
-package struct Trace: Sendable {
-    package var pid: Int32
-    package var startTime: UInt64
+public struct Trace: Sendable {
+    public var pid: Int32
+    public var startTime: UInt64
     /// 0 while recording (or when the program died without stopping).
-    package var stopTime: UInt64
-    package var wakeupCounts: [WakeupCause: UInt64]
-    package var cpuNanoseconds: [QoS.QoSClass: UInt64]
-    package var fires: [TraceFire]
-    package var wakeups: [TraceWakeup]
+    public var stopTime: UInt64
+    public var wakeupCounts: [WakeupCause: UInt64]
+    public var cpuNanoseconds: [TraceQoS: UInt64]
+    public var fires: [TraceFire]
+    public var wakeups: [TraceWakeup]
     /// Records overwritten because the ring was full.
-    package var lostRecords: UInt64
+    public var lostRecords: UInt64
     /// Timer fires ever recorded, including the lost ones.
-    package var totalFires: UInt64
+    public var totalFires: UInt64
 
     /// Reads the trace file at `path`.
-    package init(contentsOf path: String) throws(TraceError) {
+    public init(contentsOf path: String) throws(TraceError) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {
             throw .unreadable("cannot open the trace \(path): \(String(cString: strerror(errno)))")
@@ -77,7 +78,7 @@ package struct Trace: Sendable {
     }
 
     /// Decodes a trace from memory.
-    package init(bytes: UnsafeRawBufferPointer) throws(TraceError) {
+    public init(bytes: UnsafeRawBufferPointer) throws(TraceError) {
         func load<T: FixedWidthInteger>(_ type: T.Type, _ offset: Int) -> T {
             T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
         }
@@ -107,9 +108,9 @@ package struct Trace: Sendable {
             wakeupCounts[cause] = load(UInt64.self, TraceLayout.Header.wakeupCounts + Int(cause.rawValue) * 8)
         }
         self.wakeupCounts = wakeupCounts
-        var cpu: [QoS.QoSClass: UInt64] = [:]
-        for qosClass in TraceLayout.qosClasses {
-            cpu[qosClass] = load(UInt64.self, TraceLayout.Header.cpuNanoseconds + TraceLayout.qosIndex(qosClass) * 8)
+        var cpu: [TraceQoS: UInt64] = [:]
+        for qosClass in TraceQoS.allCases {
+            cpu[qosClass] = load(UInt64.self, TraceLayout.Header.cpuNanoseconds + Int(qosClass.rawValue) * 8)
         }
         cpuNanoseconds = cpu
 
@@ -138,7 +139,7 @@ package struct Trace: Sendable {
                 guard let cause = WakeupCause(rawValue: detail) else { throw .damaged("record \(index) has cause \(detail)") }
                 wakeups.append(TraceWakeup(sequence: wakeup, time: time, cause: cause))
             case .timerFire:
-                guard Int(detail) < TraceLayout.qosClasses.count else { throw .damaged("record \(index) has QoS \(detail)") }
+                guard let qos = TraceQoS(rawValue: detail) else { throw .damaged("record \(index) has QoS \(detail)") }
                 fires.append(TraceFire(
                     wakeup: wakeup, time: time,
                     deadline: load(UInt64.self, record + TraceLayout.Record.deadline),
@@ -146,7 +147,7 @@ package struct Trace: Sendable {
                     count: Int(max(1, load(UInt16.self, record + TraceLayout.Record.fireCount))),
                     identity: try string(load(UInt32.self, record + TraceLayout.Record.identity)),
                     queue: try string(load(UInt32.self, record + TraceLayout.Record.queue)),
-                    qos: TraceLayout.qosClasses[Int(detail)],
+                    qos: qos,
                     instance: load(UInt64.self, record + TraceLayout.Record.instance)))
             case nil:
                 throw .damaged("record \(index) is of unknown kind")

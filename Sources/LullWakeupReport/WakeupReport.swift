@@ -1,3 +1,5 @@
+import LullDiagnosticsFormat
+
 /// What woke a Lull program and where its CPU time went, over one recording: the report of
 /// `timerfires` and of `RuntimeDiagnostics.snapshot()`.
 ///
@@ -103,7 +105,7 @@ public struct WakeupReport: Sendable {
     /// Every QoS class from background to user-interactive, in that order.
     public var cpu: [QoSTime]
 
-    package init(trace: Trace, endTime: UInt64, groupingByIdentity: Bool, kernel: KernelCount?) {
+    init(trace: Trace, endTime: UInt64, groupingByIdentity: Bool, kernel: KernelCount?) {
         let end = trace.stopTime != 0 ? trace.stopTime : max(endTime, trace.startTime)
         let seconds = Double(end - trace.startTime) / 1e9
         func rate(_ count: Int) -> Rate { Rate(count: count, perSecond: seconds > 0 ? Double(count) / seconds : 0) }
@@ -122,7 +124,7 @@ public struct WakeupReport: Sendable {
             KernelWakeups(voluntaryContextSwitches: $0.voluntarySwitches,
                           perSecond: seconds > 0 ? Double($0.voluntarySwitches) / seconds : 0, threads: $0.threads)
         }
-        cpu = TraceLayout.qosClasses.dropFirst().map { qosClass in
+        cpu = TraceQoS.allCases.dropFirst().map { qosClass in
             let milliseconds = Double(trace.cpuNanoseconds[qosClass] ?? 0) / 1e6
             return QoSTime(qos: qosClass.name, milliseconds: milliseconds,
                            millisecondsPerSecond: seconds > 0 ? milliseconds / seconds : 0)
@@ -131,12 +133,20 @@ public struct WakeupReport: Sendable {
 }
 
 /// The kernel's count for a report (see `WakeupReport.KernelWakeups`).
-package struct KernelCount: Sendable {
-    package var voluntarySwitches: Int
-    package var threads: Int?
+public struct KernelCount: Sendable {
+    public var voluntarySwitches: Int
+    public var threads: Int?
 
-    package init(voluntarySwitches: Int, threads: Int?) {
+    public init(voluntarySwitches: Int, threads: Int?) {
         self.voluntarySwitches = voluntarySwitches
         self.threads = threads
+    }
+}
+
+extension Trace {
+    /// The report of this trace, which ends at `endTime` (monotonic ns) unless it says when
+    /// it stopped; `kernel` is the kernel's count over the same time, when known.
+    public func report(endTime: UInt64, groupingByIdentity: Bool, kernel: KernelCount?) -> WakeupReport {
+        WakeupReport(trace: self, endTime: endTime, groupingByIdentity: groupingByIdentity, kernel: kernel)
     }
 }
