@@ -13,19 +13,12 @@ public struct ExecutionContext: Sendable, Equatable {
     private let parentID: UInt64
     private let name: String?
 
-    private static let nextID = Atomic<UInt64>(1)
+    static let nextID = Atomic<UInt64>(1)
 
-    private init(id: UInt64, parentID: UInt64, name: String?) {
+    init(id: UInt64, parentID: UInt64, name: String?) {
         self.id = id
         self.parentID = parentID
         self.name = name
-    }
-
-    /// The context of the calling thread's current block (or activity); in Swift
-    /// concurrency code outside any block, the context of the task (inherited by a `Task`
-    /// created inside a block or an activity).
-    public static var current: ExecutionContext {
-        ThreadState.current.currentContext
     }
 
     /// The context bound for Swift concurrency: a `Task` copies it when it is created.
@@ -44,15 +37,6 @@ public struct ExecutionContext: Sendable, Equatable {
 
     /// Whether this context has an activity.
     var hasActivity: Bool { id != 0 }
-
-    /// Runs `body` inside a new activity whose parent is the current one; the outer
-    /// context is current again when `body` returns or throws. Work submitted and tasks
-    /// created inside `body` carry the new activity.
-    public static func withActivity<T>(_ name: String, _ body: () throws -> T) rethrows -> T {
-        let activity = ExecutionContext(id: nextID.wrappingAdd(1, ordering: .relaxed).oldValue,
-                                        parentID: current.activityID, name: name)
-        return try ThreadState.current.withContext(activity, body)
-    }
 
     /// Two contexts are equal when they carry the same activity (or both none).
     public static func == (lhs: ExecutionContext, rhs: ExecutionContext) -> Bool {

@@ -88,14 +88,6 @@ public struct QoS: Hashable, Sendable {
     /// No QoS: the work takes the QoS it inherits (submitter, queue), as in Dispatch.
     public static let unspecified = QoS(.unspecified)
 
-    /// The QoS the calling thread runs at now, overrides included. Lull's workers run at
-    /// the class of the work they run, raised while more important work waits on it (a
-    /// block queued behind it on a serial queue, a `sync` caller, a `wait`); the process's
-    /// main thread is user-interactive and any other thread Lull did not create is `default`.
-    public static var current: QoS {
-        ThreadState.current.currentQoS
-    }
-
     var isUnspecified: Bool { qosClass == .unspecified }
 
     /// The larger of two QoS values: class first, then relative priority.
