@@ -3,16 +3,14 @@ import Synchronization
 import Testing
 @testable import Lull
 
-/// The coalescing timer engine (Timers/TimerEngine.swift), its heap, and `asyncAfter` on it,
-/// checked through the internal API: `.direct` entries run on the polling thread inside the
-/// engine's `fire()`, so their timestamps show exactly when the engine woke and what it fired
-/// together, with no queue latency in between.
+/// The timer engine on the process's runtime, with real time: its heap, an entry firing on
+/// the real reactor, and `asyncAfter` on it. The coalescing rules themselves (wake-ups equal
+/// to the optimum, shared instants, arming, wall-clock changes) are checked exactly on a
+/// manual clock in DrivenTimerEngineTests.
 ///
 /// Timing rules of these tests (the machine is a noisy 2-core one): nothing may fire before
 /// its deadline (checked exactly); lateness gets generous slack; conditions are waited for
-/// with generous timeouts. A property that only a quiet moment can show (a window still open
-/// at a given instant) is checked over a few trials, of which one must show it: noise can
-/// spoil a trial, but a broken rule spoils all of them.
+/// with generous timeouts.
 extension LullSuite {
     @Suite struct TimerEngineTests {
         // MARK: The heap
@@ -104,28 +102,6 @@ extension LullSuite {
 
         // MARK: Entries
 
-        @Test func schedulingAddsOneEntryReschedulingReplacesItAndCancelRemovesIt() {
-            let baseline = TimerTestKit.settledEngineCount()
-            let far = monotonicNanoseconds() + 600_000_000_000
-            let probes = (0..<10).map { _ in TimerTestKit.Probe() }
-            for (index, probe) in probes.enumerated() {
-                Runtime.shared.timers.schedule(probe.entry, deadline: far + UInt64(index), leeway: 0)
-            }
-            #expect(waitUntil { Runtime.shared.timers.count == baseline + 10 })
-            // Rescheduling an entry replaces its window: still ten entries.
-            Runtime.shared.timers.schedule(probes[0].entry, deadline: far + 100, leeway: 5_000_000)
-            Runtime.shared.timers.schedule(probes[0].entry, deadline: far + 50, leeway: 0)
-            #expect(waitUntil { Runtime.shared.timers.count == baseline + 10 })
-            // Cancelling twice, or cancelling an entry never scheduled, is harmless.
-            Runtime.shared.timers.cancel(probes[0].entry)
-            Runtime.shared.timers.cancel(probes[0].entry)
-            Runtime.shared.timers.cancel(CallbackEntry({}))
-            #expect(waitUntil { Runtime.shared.timers.count == baseline + 9 })
-            for probe in probes { probe.cancel() }
-            #expect(waitUntil { Runtime.shared.timers.count == baseline })
-            #expect(probes.allSatisfy { $0.fires.count == 0 })
-        }
-
         @Test(arguments: [0, 1, 10, 60])
         func entryFiresOnceInsideItsWindow(leewayMilliseconds: Int) {
             let baseline = TimerTestKit.settledEngineCount()
@@ -143,212 +119,8 @@ extension LullSuite {
             #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
-        @Test func cancelledEntryNeverFires() {
-            let baseline = TimerTestKit.settledEngineCount()
-            let probe = TimerTestKit.Probe()
-            Runtime.shared.timers.schedule(probe.entry, deadline: monotonicNanoseconds() + 30_000_000, leeway: 0)
-            probe.cancel()
-            #expect(Runtime.shared.timers.count <= baseline)
-            #expect(keepsHolding(for: .milliseconds(150)) { probe.fires.count == 0 })
-        }
-
-        @Test func entriesDueInOneWakeUpRunInDeadlineThenSchedulingOrder() {
-            let log = Recorder<Int>()
-            let base = monotonicNanoseconds() + 40_000_000
-            var deadlines: [UInt64] = []
-            for index in 0..<12 {
-                // Four distinct deadlines a microsecond apart, three entries each; all windows
-                // share the instant base + 10 ms.
-                let deadline = base + UInt64((11 - index) % 4) * 1_000
-                deadlines.append(deadline)
-                let entry = CallbackEntry({ log.append(index) })
-                Runtime.shared.timers.schedule(entry, deadline: deadline, leeway: 10_000_000)
-            }
-            #expect(waitUntil { log.count == 12 })
-            let expected = (0..<12).sorted { (deadlines[$0], $0) < (deadlines[$1], $1) }
-            #expect(log.values == expected)
-        }
-
-        @Test func directActionMayRescheduleItsOwnEntry() {
-            let baseline = TimerTestKit.settledEngineCount()
-            let times = Recorder<UInt64>()
-            let deadlines = Recorder<UInt64>()
-            let holder = Captured<TimerEntry>()
-            let entry = CallbackEntry {
-                times.append(monotonicNanoseconds())
-                guard times.count < 5, let entry = holder.value else { return }
-                let next = monotonicNanoseconds() + 5_000_000
-                deadlines.append(next)
-                Runtime.shared.timers.schedule(entry, deadline: next, leeway: 0)
-            }
-            holder.set(entry)
-            let first = monotonicNanoseconds() + 5_000_000
-            deadlines.append(first)
-            Runtime.shared.timers.schedule(entry, deadline: first, leeway: 0)
-            #expect(waitUntil { times.count == 5 })
-            #expect(keepsHolding(for: .milliseconds(100)) { times.count == 5 })
-            for (time, deadline) in zip(times.values, deadlines.values) {
-                #expect(time >= deadline, "fired \(deadline - time) ns early")
-            }
-            #expect(waitUntil { Runtime.shared.timers.count == baseline })
-        }
-
-        // MARK: Coalescing
-
-        /// The key property: the engine wakes the process as rarely as the windows allow.
-        /// Forty windows with fixed pseudo-random deadlines and leeways; the test counts the
-        /// engine's wake-ups that fired them and compares with the optimum for the same
-        /// windows (greedy interval stabbing, computed here independently).
-        @Test func wakeUpsMatchTheOptimalStabbingOfTheWindows() throws {
-            struct Fire: Sendable {
-                let index: Int
-                let time: UInt64
-            }
-            var random = TimerTestKit.Random(seed: 0xC0A1E5CE)
-            let count = 40
-            let offsets = (0..<count).map { _ in UInt64.random(in: 50_000_000...400_000_000, using: &random) }
-            let leeways = (0..<count).map { _ in UInt64.random(in: 0...100_000_000, using: &random) }
-            let optimum = TimerTestKit.optimalWakeUps(zip(offsets, leeways).map { ($0, $0 + $1) })
-
-            let log = Recorder<Fire>()
-            let base = monotonicNanoseconds()
-            let deadlines = offsets.map { base + $0 }
-            for index in 0..<count {
-                let entry = CallbackEntry({ log.append(Fire(index: index, time: monotonicNanoseconds())) })
-                Runtime.shared.timers.schedule(entry, deadline: deadlines[index], leeway: leeways[index])
-            }
-            let scheduled = monotonicNanoseconds()
-            try #require(scheduled < base + 50_000_000, "scheduling took longer than the earliest deadline")
-            #expect(waitUntil { log.count == count })
-            #expect(keepsHolding(for: .milliseconds(100)) { log.count == count })
-
-            let fires = log.values
-            #expect(Set(fires.map(\.index)).count == count, "an entry fired twice or not at all")
-            for fire in fires {
-                let deadline = deadlines[fire.index]
-                let end = deadline + leeways[fire.index]
-                #expect(fire.time >= deadline, "entry \(fire.index) fired \(deadline - fire.time) ns before its deadline")
-                #expect(fire.time <= end + TimerTestKit.lateSlack, "entry \(fire.index) fired \(fire.time - end) ns after its window")
-            }
-
-            // Wake-ups. One `fire()` removes every due entry first and then runs their
-            // actions back to back, in deadline order; consecutive fires (in the order they
-            // ran) belong to different wake-ups for certain when the second one's deadline
-            // lies after the first one's fire time (it was not due yet when the first was
-            // fired), and almost certainly when more than 1 ms lies between them.
-            var certain = 1
-            var wakeUps = 1
-            for (previous, next) in zip(fires, fires.dropFirst()) {
-                let notYetDue = deadlines[next.index] > previous.time
-                if notYetDue { certain += 1 }
-                if notYetDue || next.time - previous.time > 1_000_000 { wakeUps += 1 }
-            }
-            let summary = "wake-ups: \(wakeUps) (\(certain) certain) for \(count) windows; optimum \(optimum)"
-            #expect(optimum < count / 2, "the windows do not overlap enough to test coalescing: \(summary)")
-            #expect(certain <= wakeUps)
-            // A late wake-up can only merge windows, never split them: the engine should
-            // never need more wake-ups than the optimum. One extra is tolerated for an
-            // unrelated wake-up of the process (which fires open windows early, for free).
-            // The certain count is a lower bound of the real one; the estimate may also
-            // count a batch split by a preemption of the polling thread, so it gets a
-            // little more slack (an engine that fired windows one by one would need ~40).
-            #expect(certain <= optimum + 1, "\(summary)")
-            #expect(wakeUps <= optimum + 3, "\(summary)")
-            print("TimerEngineTests.wakeUpsMatchTheOptimalStabbingOfTheWindows: \(summary)")
-        }
-
-        /// Windows that share an instant fire in one wake-up: A = [T, T + 100 ms] overlaps
-        /// B = [T + 40 ms, T + 200 ms] and C = [T + 60 ms, T + 160 ms] on [T + 60, T + 100];
-        /// the engine wakes once, at A's end, and fires all three. Checked on the timestamps
-        /// of the fires, which must lie within a millisecond of each other.
-        @Test func windowsThatOverlapFireInOneWakeUp() {
-            let coalesced = TimerTestKit.anyTrial { trial in
-                let start = monotonicNanoseconds() + 50_000_000
-                let probes = [(0, 100), (40, 160), (60, 100)].map { offset, leeway in
-                    TimerTestKit.Probe(deadline: start + UInt64(offset) * 1_000_000, leeway: UInt64(leeway) * 1_000_000)
-                }
-                for probe in probes { probe.schedule() }
-                #expect(waitUntil { probes.allSatisfy { $0.fires.count == 1 } })
-                let times = probes.compactMap { $0.fires.values.first }
-                for (probe, time) in zip(probes, times) {
-                    #expect(time >= probe.deadline && time <= probe.deadline + probe.leeway + TimerTestKit.lateSlack)
-                }
-                guard let earliest = times.min(), let latest = times.max() else { return false }
-                trial.note("spread \(latest - earliest) ns, first at +\(earliest - start) ns")
-                return latest - earliest < 1_000_000
-            }
-            #expect(coalesced.succeeded, "\(coalesced.notes)")
-        }
-
-        /// The limiting case: B's window opens exactly when A's closes. They share that one
-        /// instant, so they fire in one wake-up (API.md: "timers whose windows share an
-        /// instant fire in one wake-up"). B fired alone would be at its own end, 100 ms later.
-        @Test func windowsThatShareOnlyTheirBoundaryInstantFireInOneWakeUp() {
-            let coalesced = TimerTestKit.anyTrial { trial in
-                let start = monotonicNanoseconds() + 50_000_000
-                let first = TimerTestKit.Probe(deadline: start, leeway: 50_000_000)
-                let second = TimerTestKit.Probe(deadline: start + 50_000_000, leeway: 100_000_000)
-                first.schedule()
-                second.schedule()
-                #expect(waitUntil { first.fires.count == 1 && second.fires.count == 1 })
-                guard let a = first.fires.values.first, let b = second.fires.values.first else { return false }
-                #expect(a >= first.deadline && b >= second.deadline)
-                trial.note("A at +\(Int64(a) - Int64(start)) ns, B at +\(Int64(b) - Int64(start)) ns")
-                return b >= a && b - a < 1_000_000
-            }
-            #expect(coalesced.succeeded, "\(coalesced.notes)")
-        }
-
-        /// Whenever the process is awake anyway, windows that have opened fire in that
-        /// wake-up (`fireIfDue`), and nothing whose window has not opened.
-        @Test func fireIfDueFiresOpenWindowsOnly() {
-            let baseline = TimerTestKit.settledEngineCount()
-            let open = TimerTestKit.Probe(deadline: monotonicNanoseconds() + 30_000_000, leeway: 60_000_000_000)
-            let closed = TimerTestKit.Probe(deadline: monotonicNanoseconds() + 60_000_000_000, leeway: 0)
-            open.schedule()
-            closed.schedule()
-            Runtime.shared.timers.fireIfDue()
-            Runtime.shared.timers.fire()
-            if monotonicNanoseconds() < open.deadline {
-                #expect(open.fires.count == 0, "fired before its deadline")
-            }
-            TimerTestKit.sleep(until: open.deadline + 1_000_000)
-            // Its window is open (and stays open for a minute): the engine itself would wait,
-            // but any wake-up fires it.
-            Runtime.shared.timers.fireIfDue()
-            #expect(waitUntil { open.fires.count == 1 })
-            if let fired = open.fires.values.first { #expect(fired >= open.deadline) }
-            #expect(closed.fires.count == 0)
-            #expect(waitUntil { Runtime.shared.timers.count == baseline + 1 })
-            closed.cancel()
-            #expect(waitUntil { Runtime.shared.timers.count == baseline })
-        }
 
         // MARK: Wall clock
-
-        /// Setting the system clock in a test is not acceptable (it would disturb the whole
-        /// machine), so only the path without a clock change is exercised: a check that finds
-        /// no change leaves wall-clock entries where they are. Re-placing entries after a real
-        /// clock change is not tested.
-        @Test func clockCheckWithoutAClockChangeLeavesWallEntriesAlone() {
-            let baseline = TimerTestKit.settledEngineCount()
-            let wallDeadline = realtimeNanoseconds() + 80_000_000
-            let firedAtWall = Recorder<UInt64>()
-            let entry = CallbackEntry({ firedAtWall.append(realtimeNanoseconds()) })
-            Runtime.shared.timers.schedule(entry, deadline: monotonicDeadline(forWall: wallDeadline), leeway: 0,
-                                        wallDeadline: wallDeadline)
-            for _ in 0..<3 { Runtime.shared.timers.wallClockChanged() }
-            if realtimeNanoseconds() < wallDeadline {
-                #expect(firedAtWall.count == 0)
-            }
-            #expect(waitUntil { firedAtWall.count == 1 })
-            #expect(keepsHolding(for: .milliseconds(100)) { firedAtWall.count == 1 })
-            if let fired = firedAtWall.values.first {
-                #expect(fired >= wallDeadline, "fired \(wallDeadline - fired) ns before its wall deadline")
-            }
-            Runtime.shared.timers.wallClockChanged()
-            #expect(waitUntil { Runtime.shared.timers.count == baseline })
-        }
 
         @Test func wallDeadlinesConvertToTheMonotonicClockWithoutOverflow() {
             let wallNow = realtimeNanoseconds()

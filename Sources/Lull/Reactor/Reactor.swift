@@ -32,6 +32,8 @@ final class Reactor: Sendable {
     /// How the reactor asks for a poller, connected once by the composition root (`Runtime`)
     /// after the worker pool exists; nothing registers before that.
     private let pollers = AtomicLazyReference<PollerDemand>()
+    /// This reactor carries the diagnostics socket (see `listenForDiagnostics`).
+    private let listensForDiagnostics = Atomic<Bool>(false)
 
     private struct TimerState {
         /// The window armed, if any (nil: disarmed, or expired and not yet re-armed).
@@ -125,8 +127,10 @@ final class Reactor: Sendable {
         pollers.load()?.request()
     }
 
-    /// The diagnostics socket's listener joins this base (from the composition root).
+    /// The diagnostics socket's listener joins this base (from the composition root; one
+    /// reactor per process listens).
     func listenForDiagnostics() {
+        listensForDiagnostics.store(true, ordering: .releasing)
         ControlSocket.listen(on: base, watch: { self.watchReadable($0, $1) })
     }
 
@@ -141,6 +145,11 @@ final class Reactor: Sendable {
     /// clears it and then reads this (see `WorkerPool.ensurePoller`).
     var needsPoller: Bool {
         interest.load(ordering: .sequentiallyConsistent) > 0
+    }
+
+    /// The window armed now, if any (for tests and diagnostics).
+    var armedWindow: WakeWindow? {
+        timer.locked(ranked: .reactorTimer) { $0.armed }
     }
 
     /// The timer slack (ns; 0: the thread's default) the poller sleeps with for the armed
@@ -405,7 +414,10 @@ final class Reactor: Sendable {
     /// own wake-up would reach a poller.
     private func interestChanged(_ change: InterestChange, requestsPoller: Bool) {
         switch change {
-        case .raisedFromZero, .droppedToZero: ControlSocket.pollingMayHaveChanged(isPolled: { needsPoller })
+        case .raisedFromZero, .droppedToZero:
+            if listensForDiagnostics.load(ordering: .acquiring) {
+                ControlSocket.pollingMayHaveChanged(isPolled: { needsPoller })
+            }
         case .raised, .dropped, .unchanged: break
         }
         switch change {
