@@ -3,8 +3,8 @@ import Glibc
 import Testing
 
 /// Each example program runs briefly, as a user would run it, so that an example cannot rot.
-extension LullSuite {
-    @Suite struct ExampleTests {
+extension IndependentSuite {
+    @Suite(.serialized) struct ExampleTests {
         // MARK: echo-server
 
         @Test func echoServerEchoesOverARealSocketAndShutsDownOnSIGTERM() throws {

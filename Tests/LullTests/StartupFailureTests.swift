@@ -2,14 +2,14 @@ import Glibc
 import Testing
 @testable import Lull
 
-extension LullSuite {
+extension IndependentSuite {
     /// Lull first used when no descriptor is free (a server that opened its sockets first):
     /// the program stops with a message naming EMFILE and what to do — not libevent's
     /// `exit(1)`, not a message that blames the backend — and libevent writes nothing raw
     /// to stderr. Each case leaves a different number of descriptors free, which fails a
     /// different step of libevent's start-up: epoll itself (0), libevent's signal pipe, its
     /// fatal path (1), and its notification descriptor (3).
-    @Suite struct StartupFailureTests {
+    @Suite(.serialized) struct StartupFailureTests {
         @Test func noFreeDescriptorStopsTheProgramNamingEMFILE() async {
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
                 DescriptorExhaustion.fill(leavingFree: 0)

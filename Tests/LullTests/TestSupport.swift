@@ -12,6 +12,12 @@ import Testing
 /// machine. Running the tests one at a time keeps every test's view of the pool its own.
 @Suite(.serialized) enum LullSuite {}
 
+/// Suites that share no state of this process with the others — they run child processes,
+/// or check pure logic — and so run alongside `LullSuite`; each runs its own tests one at a
+/// time (`.serialized` on the suite). Tests that own their runtime parts outright (a
+/// `DrivenEngine`) are top-level suites and run fully in parallel.
+@Suite enum IndependentSuite {}
+
 // MARK: Waiting
 
 /// How long a test waits for something that must happen. Generous: the machine is noisy.

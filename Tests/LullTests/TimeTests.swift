@@ -2,8 +2,8 @@ import Glibc
 import Testing
 @testable import Lull
 
-extension LullSuite {
-    @Suite struct TimeTests {
+extension IndependentSuite {
+    @Suite(.serialized) struct TimeTests {
         // MARK: Deadline
 
         @Test func deadlineNowReadsTheMonotonicClock() {

@@ -2,8 +2,8 @@ import Glibc
 import Testing
 @testable import Lull
 
-extension LullSuite {
-    @Suite struct TrapTests {
+extension IndependentSuite {
+    @Suite(.serialized) struct TrapTests {
         @Test func overResumeStopsTheProgramNamingTheQueue() async {
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
                 let queue = WorkQueue(label: "lull.test.trap.over-resume-label")

@@ -5,8 +5,8 @@ import Testing
 /// RLIMIT_NICE 0): the classes from default up keep the process's nice value, the lower
 /// classes get higher ones. Run in a child (`lull-priority-probe`), which drops to user
 /// nobody when started as root.
-extension LullSuite {
-    @Suite struct UnprivilegedPriorityTests {
+extension IndependentSuite {
+    @Suite(.serialized) struct UnprivilegedPriorityTests {
         /// The nice value each worker class must have in the probe started at `processNice`.
         static func expectedNice(_ threadName: String, processNice: Int32) -> Int32? {
             switch threadName {

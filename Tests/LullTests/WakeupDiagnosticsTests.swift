@@ -5,9 +5,9 @@ import Testing
 import LullDiagnosticsFormat
 @testable import LullWakeupReport
 
-extension LullSuite {
+extension IndependentSuite {
     /// The report's arithmetic on known inputs.
-    @Suite struct WakeupAnalysisTests {
+    @Suite(.serialized) struct WakeupAnalysisTests {
         @Test func optimalWakeupsStabEveryWindowGreedily() {
             let windows: [(start: UInt64, end: UInt64)] = [(0, 10), (5, 15), (12, 20), (30, 30), (31, 40), (32, 35)]
             // By end: 10 hits (0,10) and (5,15); 20 hits (12,20); 30; 35 hits (31,40) and (32,35).
@@ -43,7 +43,9 @@ extension LullSuite {
             #expect(try ParsedJSON.parse(value.rendered()) == parsed)
         }
     }
+}
 
+extension LullSuite {
     /// Recording inside the process: `RuntimeDiagnostics`.
     @Suite struct RuntimeDiagnosticsTests {
         @Test func recordsKnownTimersAndCPU() throws {
@@ -155,10 +157,12 @@ extension LullSuite {
             #expect(report.timers.reduce(0) { $0 + $1.fires } <= 16 * 65_535)
         }
     }
+}
 
+extension IndependentSuite {
     /// `timerfires` on the timer example: every number of the report against what the
     /// program did.
-    @Suite struct TimerfiresToolTests {
+    @Suite(.serialized) struct TimerfiresToolTests {
         static let plans: [String: (intervalMilliseconds: Double, fires: Int)] = [
             "heartbeat": (50, 40), "metrics": (70, 28), "cache-sweep": (110, 18), "status-poll": (130, 15),
         ]
