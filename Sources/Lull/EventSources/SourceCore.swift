@@ -77,14 +77,18 @@ class SourceCore: PostedWork, @unchecked Sendable {
     private let pending = Atomic<UInt>(0)
     private let delivered = Atomic<UInt>(0)
     /// The core's link in `CancellationIntake`'s lists, read and written only by the intake
-    /// (see there for the rule that orders its accesses).
-    var cancellationLink: UInt = CancellationIntake.unlinked
+    /// (see there for the rule that orders its accesses). `@exclusivity(unchecked)`, as
+    /// `extras`: that rule keeps its accesses apart.
+    @exclusivity(unchecked) var cancellationLink: UInt = CancellationIntake.unlinked
     /// The cancel and registration handlers, the registration error, what else the kind
     /// keeps only when it has it: boxed, as most sources have none of them or (the cancel
     /// handler) need it once, at the end. Read and written only under the lock (inside
     /// `state.locked` or `withState`), as a part of `State` kept beside it, where a kind's
-    /// operations that run under the lock reach it too.
-    private(set) var extras: SourceExtras?
+    /// operations that run under the lock reach it too. `@exclusivity(unchecked)`: the lock
+    /// keeps its accesses apart, and the run-time check (a thread-local access set, paid at
+    /// every access) could only fire for a body that takes the same lock again, which
+    /// deadlocks first.
+    @exclusivity(unchecked) private(set) var extras: SourceExtras?
     private let state = Mutex<State>(State())
 
     /// Fields in declaration order, each small one in the padding after a larger one (24

@@ -91,7 +91,8 @@ extension EventSource {
 /// its lock, nested inside ours (`arm`), and only while the entry is in the engine — so a
 /// one-shot writes its window straight into them only while it is not.
 final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {  // Sendable: see SourceCore; `heapFields` follows `TimerEntry`'s rule, `word` is atomic
-    var heapFields = TimerHeapFields()
+    /// `@exclusivity(unchecked)`: `TimerEntry`'s rule keeps its accesses apart.
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()
     /// The site's number (`TimerSiteTable`) and three flags: `strict` (fixed at creation)
     /// and the schedule state, `hasSchedule` and `live`, written only under the core's lock.
     /// Atomic so that the fixed bits can be read without the lock.
@@ -140,7 +141,8 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
 
     /// The timer's extras box, if it has one (under the lock).
     private var timerBox: TimerExtras? {
-        extras.flatMap { $0 as? TimerExtras }
+        guard let box = extras, type(of: box) == TimerExtras.self else { return nil }
+        return unsafeDowncast(box, to: TimerExtras.self)
     }
 
     /// The timer's extras box, made on first use (under the lock): it takes over the plain

@@ -9,7 +9,9 @@
 ///
 /// The engine reads and writes `heapFields` under its lock while the entry is scheduled;
 /// the owner may write them (under a lock of its own) only while the entry is not in the
-/// engine. Conforming classes are `@unchecked Sendable` on that rule.
+/// engine. Conforming classes are `@unchecked Sendable` on that rule, and store the fields
+/// `@exclusivity(unchecked)`: the rule keeps the accesses apart, and the run-time check
+/// would cost every heap operation a look at a thread-local access set.
 protocol TimerEntry: AnyObject, Sendable {
     /// Where the entry stands in the engine (see the protocol's rule for who writes it).
     var heapFields: TimerHeapFields { get set }
@@ -104,7 +106,7 @@ struct LeewayCode {
 
 /// A delayed block (`asyncAfter`): goes to its queue when fired.
 final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
-    var heapFields = TimerHeapFields()
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
     let queue: WorkQueue
     let job: Job
     /// Where the block was submitted, recorded only while diagnostics are on.
@@ -124,7 +126,7 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapF
 /// A callback that runs on the polling thread itself, which must not block: runtime
 /// housekeeping (and tests of the engine).
 final class CallbackEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
-    var heapFields = TimerHeapFields()
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
     let action: @Sendable () -> Void
     private let housekeeping: Bool
 
