@@ -136,10 +136,10 @@ extension LullSuite {
         }
         #endif
 
-        /// The intake links posted cores through `deadline`, which is only free once the
-        /// timer left the engine: a repeating timer cancelled as its delivery job ends must
-        /// not have its cancel step posted while it is still in the heap (a debug build
-        /// asserts it in `post`; the child process stops there).
+        /// A timer's cancel step comes only once the timer left the engine: a repeating
+        /// timer cancelled as its delivery job ends must not have its cancel step posted
+        /// while it is still in the heap (a debug build asserts it where the step is
+        /// posted; the child process stops there).
         @Test
         func aTimerCancelledAsItsDeliveryEndsIsOutOfTheEngineWhenItsStepIsPosted() async {
             await #expect(processExitsWith: .success) {

@@ -32,14 +32,14 @@ extension LullSuite {
             #expect(timers.map { Self.usableSize($0.core) }.min()! <= 120, "the timer's core grew past a 128-byte malloc chunk")
             // An event handler and a one-shot on the monotonic clock: nothing else was
             // allocated for the timer.
-            #expect(timers.allSatisfy { $0.core.withState { $0.extras } == nil })
+            #expect(timers.allSatisfy { timer in timer.core.withState { _ in timer.core.extras } == nil })
         }
 
         @Test func aCancelHandlerTakesOneSmallBox() throws {
             let timer = EventSource.makeTimerSource()
             timer.setCancelHandler {}
             defer { timer.cancel() }
-            let extras = try #require(timer.core.withState { $0.extras })
+            let extras = try #require(timer.core.withState { _ in timer.core.extras })
             #expect(Self.usableSize(extras) <= 120, "the extras box grew past a 128-byte malloc chunk")
         }
 

@@ -18,11 +18,11 @@ import Synchronization
 /// wait behind a running one, so that an idle program never wakes for it), and none waits
 /// behind a blocked handler for longer than about twice that.
 ///
-/// The link between posted cores is the core's `deadline`: a source whose cancel step is
-/// posted is out of the timer engine for good (a timer is unregistered before its cancel
-/// step is decided, and a cancelled timer ignores `schedule`), so nothing else reads or
-/// writes that field any more. Only cancel steps whose handler has no QoS of its own come
-/// here: they run at the global queue's class, as their job would have.
+/// The link between posted cores is the core's `cancellationLink`, a field only the intake
+/// reads and writes: the posting thread writes it before the compare-and-swap that
+/// publishes the core, a drain job reads it after the exchange that takes the stack, and
+/// relinks it under the run list's lock. Only cancel steps whose handler has no QoS of its
+/// own come here: they run at the global queue's class, as their job would have.
 ///
 /// State model (the states, transitions and why each invariant holds are in
 /// docs/CancellationIntake.md):
@@ -33,13 +33,13 @@ import Synchronization
 ///   one drain job that popped it), *running* its cancel step, then *done* (released).
 /// - Invariants: a non-empty stack has the active bit; while the bit is set a drain job is
 ///   alive or being started, and it empties the stack before it ends (no lost wake-up);
-///   each core is posted once, in one place at a time, run once (debug builds mark it in
-///   `slot`, also unused once the core left the timer heap); a drain job is started by the
+///   each core is posted once, in one place at a time, run once (its link says whether it
+///   is unlinked, linked or taken, and debug builds assert it); a drain job is started by the
 ///   post that sets the bit (at most one more than drain jobs ended) or by the rescue check
 ///   when every live drain job is inside a cancel step; a step waiting behind a running one
 ///   always has the check armed (post and drain job see each other's write: both sides
 ///   sequentially consistent).
-final class CancellationIntake: Sendable {
+final class CancellationIntake: PostedWork {
     private static let intakes: [CancellationIntake] = QoS.QoSClass.schedulable.map { CancellationIntake(qosClass: $0) }
 
     static func intake(for qosClass: QoS.QoSClass) -> CancellationIntake {
@@ -47,7 +47,7 @@ final class CancellationIntake: Sendable {
     }
 
     let qosClass: QoS.QoSClass
-    /// The posted cores, newest first (retained pointers linked through `deadline`), and in
+    /// The posted cores, newest first (retained pointers linked through `cancellationLink`), and in
     /// bit 0 (objects are aligned) whether a drain job is active.
     private let posted = Atomic<UInt>(0)
     private static let active: UInt = 1
@@ -79,10 +79,13 @@ final class CancellationIntake: Sendable {
     #if DEBUG
     /// Tests only: runs on a drain job between taking a step and counting it as running.
     static let stepTaken = Mutex<(@Sendable (SourceCore) -> Void)?>(nil)
-    /// `TimerEntry.slot` of a core in the intake (debug builds): posted, then taken.
-    private static let slotPosted: Int32 = -2
-    private static let slotTaken: Int32 = -3
     #endif
+
+    /// A core's `cancellationLink` before it is posted: not a pointer (objects are aligned),
+    /// nor 0, which ends a list.
+    static let unlinked: UInt = 1
+    /// A core's `cancellationLink` once a drain job took it: posted once, run once.
+    private static let taken: UInt = 3
 
     private init(qosClass: QoS.QoSClass) {
         self.qosClass = qosClass
@@ -91,16 +94,11 @@ final class CancellationIntake: Sendable {
     /// Posts `core`'s cancel step (`postedStep` already says so); the intake holds the core
     /// until the step has run.
     func post(_ core: SourceCore) {
-        #if DEBUG
-        // Out of the timer heap (its `deadline` is free to link) and never posted before.
-        let slot = core.slot
-        assert(slot == -1, "\(core.name): cancel step posted with slot \(slot) (>= 0: in the timer heap; < -1: posted before)")
-        core.slot = CancellationIntake.slotPosted
-        #endif
+        assert(core.cancellationLink == CancellationIntake.unlinked, "\(core.name): cancel step posted twice")
         let node = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
         var old = posted.load(ordering: .relaxed)
         while true {
-            core.deadline = UInt64(old & ~CancellationIntake.active)
+            core.cancellationLink = old & ~CancellationIntake.active
             // Sequentially consistent, as the drain job's count of running steps and its
             // look at this word after it: one of the two sees the other (see `drain`).
             let (exchanged, original) = posted.compareExchange(
@@ -123,7 +121,11 @@ final class CancellationIntake: Sendable {
     private func startDrainJob() {
         drainJobs.add(1, ordering: .relaxed)
         WorkQueue.global(qos: qosClass).enqueue(
-            Job(work: .cancellations(qosClass), qos: QoS(qosClass), flags: [], context: .empty, group: nil))
+            Job(work: .posted(self), qos: QoS(qosClass), flags: [], context: .empty, group: nil))
+    }
+
+    func performPostedWork() {
+        drain()
     }
 
     /// The drain job (on the global queue of the class, at its QoS). Several may run at
@@ -176,18 +178,14 @@ final class CancellationIntake: Sendable {
         let (first, rest) = runList.locked { list -> (UInt, UInt) in
             let first = list.first
             guard first != 0 else { return (0, 0) }
-            let rest = UInt(Self.core(at: first).deadline)
+            let rest = Self.core(at: first).cancellationLink
             list.first = rest
             if rest == 0 { list.last = 0 }
             return (first, rest)
         }
         guard first != 0 else { return nil }
         let core = Unmanaged<SourceCore>.fromOpaque(UnsafeRawPointer(bitPattern: first)!).takeRetainedValue()
-        core.deadline = .max  // unlinked: a one-shot window that never opens
-        #if DEBUG
-        assert(core.slot == CancellationIntake.slotPosted, "\(core.name): cancel step taken twice or never posted")
-        core.slot = CancellationIntake.slotTaken
-        #endif
+        core.cancellationLink = CancellationIntake.taken
         return (core, rest != 0)
     }
 
@@ -198,17 +196,16 @@ final class CancellationIntake: Sendable {
         let last = newestFirst
         while next != 0 {
             let core = Self.core(at: next)
-            #if DEBUG
-            assert(core.slot == CancellationIntake.slotPosted, "\(core.name): linked in the intake but not posted")
-            #endif
-            let following = UInt(core.deadline)
-            core.deadline = UInt64(oldestFirst)
+            let following = core.cancellationLink
+            assert(following != CancellationIntake.unlinked && following != CancellationIntake.taken,
+                   "\(core.name): linked in the intake but not posted")
+            core.cancellationLink = oldestFirst
             oldestFirst = next
             next = following
         }
         runList.locked { list in
             if list.last != 0 {
-                Self.core(at: list.last).deadline = UInt64(oldestFirst)
+                Self.core(at: list.last).cancellationLink = oldestFirst
             } else {
                 list.first = oldestFirst
             }

@@ -31,7 +31,7 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
 }
 
 /// Watches one descriptor for a read or write source; receives its reactor events itself.
-final class DescriptorDriver: SourceDriver {
+final class DescriptorDriver: SourceKind {
     let descriptor: Int32
     let forWriting: Bool
     /// The descriptor's mux while registered (shared with other sources on the descriptor).

@@ -40,7 +40,7 @@ public final class ProcessSource: EventSourceBase, EventSourceProtocol, @uncheck
     public var events: ProcessEvent { ProcessEvent(rawValue: data) }
 }
 
-final class ProcessDriver: SourceDriver {
+final class ProcessDriver: SourceKind {
     let pid: Int32
     let mask: ProcessEvent
     /// The pidfd and its registration; the pidfd is closed exactly once, in `finished`.

@@ -43,7 +43,7 @@ public final class SignalSource: EventSourceBase, EventSourceProtocol, @unchecke
     }
 }
 
-final class SignalDriver: SourceDriver {
+final class SignalDriver: SourceKind {
     let signal: Int32
 
     init(signal: Int32) {

@@ -13,48 +13,54 @@ import Synchronization
 /// source idle takes the lock to post a delivery, so a burst of merges costs no lock and no
 /// system call beyond the first. The delivery takes the merged value and runs the handler.
 ///
-/// Lifecycle (docs/SourceLifecycle.md has the full model). Under the lock, the registration
+/// Lifecycle (docs/SourceLifecycle.md has the full model). What depends on the kind is its
+/// table of operations (`SourceKind`, reached through `kind`); the lifecycle that calls it
+/// is this class's alone, one path for every kind. Under the lock, the registration
 /// `RegistrationPhase` goes idle → registering → registered → unregistering → unregistered;
-/// a kind that registers and unregisters under the lock (a timer) goes idle → registered →
-/// unregistered, each in one step, and a source cancelled first goes idle → unregistered.
-/// `activate()` moves idle to registering and registers outside the lock; when that returns
-/// the same thread moves on to registered, or — if `cancel()` came meanwhile — unregisters
-/// at once, or, if it failed, to unregistered with the error. `cancel()` sets `cancelled`,
-/// then under the lock leaves a registering phase to the registering thread and moves a
-/// registered one to unregistering (and unregisters outside the lock). Invariants, asserted
-/// in debug builds: `unregisterKind()` runs once after each successful `registerKind()`,
-/// never during it; nothing is decided while a thread moves the phase; the cancel step is
-/// decided only in the unregistered phase and only once, and nothing runs after it; only
-/// the holder of `scheduled` posts, one job at a time, so no handler runs concurrently with
-/// itself.
+/// a source cancelled before it registered goes idle → unregistered, one whose registration
+/// failed registering → unregistered.
+/// - `activate()` moves idle to registering and calls `kind.register`. When it returns,
+///   the same thread moves the phase on under the lock: to registered; or, if `cancel()`
+///   came meanwhile, to unregistering, and it unregisters at once; or, if it failed, to
+///   unregistered with the error, and cancels.
+/// - `cancel()` sets `cancelled`, then under the lock leaves a registering phase to the
+///   registering thread, moves a registered one to unregistering and calls
+///   `kind.unregister`, then moves it to unregistered.
+/// - Where the kind's operations run is the kind's one choice (`registersUnderLock`):
+///   outside the lock, on the thread that moved the phase (a descriptor, a signal, an
+///   inotify watch), or under it (a timer, whose registration is its own entry in the
+///   engine), so that the registering and unregistering phases open and close inside one
+///   lock round trip and cancelling decides the cancel step in that same round trip.
 ///
-/// What depends on the kind is in the subclass: `TimerCore` (a timer: the core is its own
-/// entry in the timer engine, which is why every core is a `TimerEntry`) and
-/// `DrivenSourceCore` (every other kind, through a `SourceDriver`).
+/// Invariants, asserted in debug builds: every phase change is a step of the model
+/// (`RegistrationPhase.mayBecome`); `kind.unregister` runs once after each successful
+/// `kind.register`, never during it; nothing is decided while a thread moves the phase; the
+/// cancel step is decided only in the unregistered phase and only once, and nothing runs
+/// after it; only the holder of `scheduled` posts, one job at a time, so no handler runs
+/// concurrently with itself.
+///
+/// Subclasses only say where the kind's table and data live: `TimerCore` (a timer is its
+/// own kind and its own entry in the timer engine, so the heap fields are in the timer and
+/// no other source carries them) and `DrivenSourceCore` (every other kind, whose table is a
+/// separate object).
 ///
 /// The layout is counted in bytes, because a million idle timers are mostly these objects
 /// and because of where malloc puts them: Swift lays fields out in declaration order, so
-/// the small ones sit in the gaps after the entry's 36 bytes and each other, the cancel
-/// handler lives in the extras box, and the core is 112 bytes — a timer's 120, a 128-byte
-/// chunk, the largest size glibc keeps in its fast bins, whose frees from another thread
-/// (the worker that ran the cancel handler frees the core) take no lock; a core one size
-/// class larger makes the creating thread contend for the arena lock with the workers'
-/// frees (measured with `lull-bench timer-churn`: Benchmarks/README.md).
+/// the small ones come first, packed into one word, the cancel handler lives in the extras
+/// box, and the core is 96 bytes — a timer's 120 with its heap fields, a 128-byte chunk,
+/// the largest size glibc keeps in its fast bins, whose frees from another thread (the
+/// worker that ran the cancel handler frees the core) take no lock (a larger timer spends
+/// its creating thread's time in the arena lock it shares with the workers' frees).
 /// `SourceFootprintTests` keep it.
 ///
-/// `@unchecked Sendable`: the class is not final (see above); its own stored properties are
-/// `let`s of `Sendable` types, and the inherited entry fields follow `TimerEntry`'s rule.
-class SourceCore: TimerEntry, @unchecked Sendable {
+/// `@unchecked Sendable`: the class is not final (see above); its stored properties are
+/// `let`s of `Sendable` types, but for `extras`, read and written only under the lock, and
+/// `cancellationLink`, which follows `CancellationIntake`'s rule.
+class SourceCore: PostedWork, @unchecked Sendable {
     /// Bumped by every merge and state change: tells a deciding thread that something
     /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
     /// thread decides is not a concern).
     private let changes = Atomic<UInt32>(0)
-    /// Counted only when it is not a root queue (`livesForever`): a global queue's reference
-    /// count is one cache line that every thread making or finishing a source would write.
-    /// `unowned(unsafe)` is safe: a root queue is a static, and any other target is retained
-    /// in `init` and released in `deinit`, by hand.
-    unowned(unsafe) let target: WorkQueue
-    let mergeRule: SourceMerge
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
     private let scheduled = Atomic<Bool>(false)
@@ -62,22 +68,35 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// thread that holds `scheduled`, read by the job it posted: the queue's hand-off orders
     /// the two, and the job reads it without the lock.
     private let postedStep = Atomic<UInt8>(0)
-    /// 32 bits the kind keeps here, in what would be padding (a timer's site and flag, a
-    /// descriptor source's handle).
-    let kindWord: UInt32
+    let mergeRule: SourceMerge
+    /// Counted only when it is not a root queue (`livesForever`): a global queue's reference
+    /// count is one cache line that every thread making or finishing a source would write.
+    /// `unowned(unsafe)` is safe: a root queue is a static, and any other target is retained
+    /// in `init` and released in `deinit`, by hand.
+    unowned(unsafe) let target: WorkQueue
     private let pending = Atomic<UInt>(0)
     private let delivered = Atomic<UInt>(0)
+    /// The core's link in `CancellationIntake`'s lists, read and written only by the intake
+    /// (see there for the rule that orders its accesses). `@exclusivity(unchecked)`, as
+    /// `extras`: that rule keeps its accesses apart.
+    @exclusivity(unchecked) var cancellationLink: UInt = CancellationIntake.unlinked
+    /// The cancel and registration handlers, the registration error, what else the kind
+    /// keeps only when it has it: boxed, as most sources have none of them or (the cancel
+    /// handler) need it once, at the end. Read and written only under the lock (inside
+    /// `state.locked` or `withState`), as a part of `State` kept beside it, where a kind's
+    /// operations that run under the lock reach it too. `@exclusivity(unchecked)`: the lock
+    /// keeps its accesses apart, and the run-time check (a thread-local access set, paid at
+    /// every access) could only fire for a body that takes the same lock again, which
+    /// deadlocks first.
+    @exclusivity(unchecked) private(set) var extras: SourceExtras?
     private let state = Mutex<State>(State())
 
-    /// Fields in declaration order, each small one in the padding after a larger one (32
-    /// bytes in all).
+    /// Fields in declaration order, each small one in the padding after a larger one (24
+    /// bytes in all; the rest of the locked state is `extras`).
     struct State {
         var eventHandler: SourceHandler?
         var flags: Flags = []
         var suspendCount: Int32 = 0
-        /// The cancel and registration handlers, the registration error: boxed, as most
-        /// sources have none of them or (the cancel handler) need it once, at the end.
-        var extras: SourceExtras?
 
         var phase: RegistrationPhase {
             RegistrationPhase(rawValue: (flags.rawValue & Flags.phaseBits.rawValue) >> Flags.phaseShift)!
@@ -89,10 +108,6 @@ class SourceCore: TimerEntry, @unchecked Sendable {
             assert(phase.mayBecome(next), "source registration phase \(phase) -> \(next) is not a step of the lifecycle")
             flags = Flags(rawValue: (flags.rawValue & ~Flags.phaseBits.rawValue) | next.rawValue << Flags.phaseShift)
         }
-
-        var cancelHandler: SourceHandler? { extras?.cancelHandler }
-        var registrationHandler: SourceHandler? { extras?.registrationHandler }
-        var registrationError: EventSourceError? { extras?.registrationError }
     }
 
     struct Flags: OptionSet {
@@ -103,9 +118,6 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         /// Bits 3-5 are the `RegistrationPhase`.
         static let phaseBits = Flags(rawValue: 0b0011_1000)
         static let phaseShift: UInt8 = 3
-        /// Bits 6-7 are the subclass's (`TimerCore`'s schedule state).
-        static let kindBit0 = Flags(rawValue: 1 << 6)
-        static let kindBit1 = Flags(rawValue: 1 << 7)
     }
 
     /// Where the source's registration with what it watches stands (see the type's doc
@@ -113,11 +125,12 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     enum RegistrationPhase: UInt8 {
         /// Not registered, and no thread is registering it.
         case idle
-        /// `activate()` registers it outside the lock (`registerKind()`).
+        /// The activating thread is in `kind.register` (outside the lock, or under it for a
+        /// kind that `registersUnderLock`).
         case registering
         /// In the reactor (or the engine, the hub): events merge, deliveries may run.
         case registered
-        /// `cancel()` or the registering thread unregisters it outside the lock.
+        /// `cancel()` or the registering thread is in `kind.unregister`.
         case unregistering
         /// Out for good (or it never got in): the cancel step may be decided.
         case unregistered
@@ -125,9 +138,9 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         /// The transitions the lifecycle allows.
         func mayBecome(_ next: RegistrationPhase) -> Bool {
             switch (self, next) {
-            case (.idle, .registering), (.idle, .registered), (.idle, .unregistered),
+            case (.idle, .registering), (.idle, .unregistered),
                  (.registering, .registered), (.registering, .unregistering), (.registering, .unregistered),
-                 (.registered, .unregistering), (.registered, .unregistered),
+                 (.registered, .unregistering),
                  (.unregistering, .unregistered):
                 return true
             default:
@@ -144,7 +157,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     /// "<kind> on '<target label>'": how messages name the source (built only when needed).
     var name: String { "\(kindName) on '\(target.label)'" }
-    var kindName: String { String(describing: kind) }
+    var kindName: String { String(describing: sourceType) }
 
     /// The QoS the target queue imposes (the timer's default leeway depends on it).
     var floorQoS: QoS {
@@ -157,65 +170,46 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         case event, cancel, registration
     }
 
-    init(target: WorkQueue?, merge: SourceMerge, kindWord: UInt32) {
+    init(target: WorkQueue?, merge: SourceMerge) {
         let target = target ?? WorkQueue.global()
         if !target.livesForever { _ = Unmanaged.passUnretained(target).retain() }
         self.target = target
         self.mergeRule = merge
-        self.kindWord = kindWord
-        super.init()
     }
 
     deinit {
         if !target.livesForever { Unmanaged.passUnretained(target).release() }
     }
 
-    // MARK: What the kind decides (overridden)
+    // MARK: Where the kind is (overridden)
 
+    /// The kind's table of operations (see `SourceKind`).
+    var kind: any SourceKind { lullFatal("SourceCore.kind must be overridden") }
     /// The source's class: names it in messages.
-    var kind: EventSourceBase.Type { lullFatal("SourceCore.kind must be overridden") }
+    var sourceType: EventSourceBase.Type { lullFatal("SourceCore.sourceType must be overridden") }
     /// What the source watches: a descriptor, a signal number, a process id; 0 for none.
     var handle: UInt { 0 }
     /// The events the source was created to watch.
     var mask: UInt { 0 }
-    /// Starts watching, for a kind that can do it under the core's lock (a timer, whose
-    /// registration is its own entry in the engine): returns true when done (the phase goes
-    /// from idle to registered in one step). The default, false, registers outside the lock
-    /// with `registerKind()`, in the registering phase.
-    func registerKind(_ state: inout State) -> Bool { false }
-    /// Starts watching (outside the lock, in the registering phase). Returns why it could
-    /// not, or nil; a kind that fails leaves nothing registered.
-    func registerKind() -> (any Error)? { nil }
-    /// Stops watching (outside the lock, in the unregistering phase), once after every
-    /// `registerKind()` that succeeded: when this returns, nothing merges into the source.
-    func unregisterKind() {}
-    /// The kind stops watching under the core's lock (a timer: its engine entry), with
-    /// `unregisterKind(_:)`; cancelling then decides its cancel step in the same round trip.
-    var unregistersUnderLock: Bool { false }
-    /// Stops watching, under the core's lock, for a kind whose `unregistersUnderLock`.
-    func unregisterKind(_ state: inout State) { lullFatal("SourceCore.unregisterKind(_:) must be overridden") }
-    /// The value of `data` for a delivery whose merged value is `merged`; nil when there is
-    /// nothing to deliver after all (a readiness that went away).
-    func dataForDelivery(merged: UInt) -> UInt? { merged }
-    /// After the event handler returned: re-signal if the condition still holds.
-    func handlerReturned() {}
-    /// After the cancel handler ran: release what the kind owns (descriptors it opened).
-    func finished() {}
-    /// The box for `State.extras` (a kind may keep more in it).
-    func makeExtras() -> SourceExtras { SourceExtras() }
 
-    /// The locked state, for a kind that keeps its own bits in it (its flag bits, its extras).
+    /// The locked state, for a kind that keeps its own state under the core's lock.
     @inline(__always)
     func withState<R>(_ body: (inout sending State) -> sending R) -> sending R {
         state.locked(body)
     }
 
     /// The extras box, made on first use (under the lock).
-    func extras(_ state: inout State) -> SourceExtras {
-        if let extras = state.extras { return extras }
-        let extras = makeExtras()
-        state.extras = extras
-        return extras
+    func extrasBox() -> SourceExtras {
+        if let extras { return extras }
+        let made = SourceExtras()
+        extras = made
+        return made
+    }
+
+    /// Replaces the extras box (under the lock) with `box`, which took over its contents: a
+    /// kind's larger box (see `TimerCore`).
+    func replaceExtras(with box: SourceExtras) {
+        extras = box
     }
 
     // MARK: Handlers
@@ -232,11 +226,11 @@ class SourceCore: TimerEntry, @unchecked Sendable {
             case .event:
                 swap(&state.eventHandler, &swapped)
             case .cancel:
-                if swapped == nil && state.extras == nil { return }
-                swap(&extras(&state).cancelHandler, &swapped)
+                if swapped == nil && extras == nil { return }
+                swap(&extrasBox().cancelHandler, &swapped)
             case .registration:
-                if swapped == nil && state.extras == nil { return }
-                swap(&extras(&state).registrationHandler, &swapped)
+                if swapped == nil && extras == nil { return }
+                swap(&extrasBox().registrationHandler, &swapped)
             }
         }
         _ = consume swapped
@@ -245,56 +239,82 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let (first, registersOutside, decides) = state.locked { state -> (Bool, Bool, Bool) in
-            if state.flags.contains(.activated) { return (false, false, false) }
+        let kind = self.kind
+        let (first, registersOutside, failed, decides) = state.locked { state -> (Bool, Bool, Bool, Bool) in
+            if state.flags.contains(.activated) { return (false, false, false, false) }
             state.flags.insert(.activated)
             // No registration handler, no job: activating a source costs no hand-off.
-            if !isCancelled && state.registrationHandler != nil { state.flags.insert(.registrationHandlerDue) }
+            if !isCancelled && extras?.registrationHandler != nil { state.flags.insert(.registrationHandlerDue) }
             // Cancelled first: `cancel()` moves (or moved) the idle phase to unregistered.
-            guard !isCancelled, state.phase == .idle else { return (true, false, true) }
-            if registerKind(&state) {
-                state.enter(.registered)
-                return (true, false, state.flags.contains(.registrationHandlerDue))
-            }
+            guard !isCancelled, state.phase == .idle else { return (true, false, false, true) }
             state.enter(.registering)
-            return (true, true, true)
+            guard kind.registersUnderLock else { return (true, true, false, true) }
+            switch registrationReturned(kind.register(self), &state) {
+            case .registered:
+                return (true, false, false, state.flags.contains(.registrationHandlerDue))
+            case .unregisters:
+                kind.unregister(self)
+                state.enter(.unregistered)
+                return (true, false, false, true)
+            case .failed:
+                return (true, false, true, true)
+            }
         }
         guard first else { return }
-        if registersOutside { finishRegistering(registerKind()) }
+        if registersOutside { finishRegistering(kind, kind.register(self)) }
+        if failed { cancel() }
         // Registered under the lock with nothing due (no registration handler, no cancel,
         // nothing merged before activation: a merge then found the source inactive and left
         // the pending value for this check), there is no decision to make.
         if decides || isCancelled || pending.load(ordering: .acquiring) != 0 { changed() }
     }
 
-    /// The registering thread, when `registerKind()` returned: registered, or — if
-    /// `cancel()` came meanwhile — unregistered again by this thread (cancel left it to
-    /// it), or failed. The caller decides next (`changed()`): nothing was decided while
-    /// the phase was registering.
-    private func finishRegistering(_ error: (any Error)?) {
-        let unregisters = state.locked { state -> Bool in
-            assert(state.phase == .registering, "\(name): registration finished in phase \(state.phase)")
-            if let error {
-                // Nothing is registered: the kind undid what it had done.
-                record(error, &state)
-                state.enter(.unregistered)
-                return false
-            }
-            guard isCancelled else {
-                state.enter(.registered)
-                return false
-            }
-            state.enter(.unregistering)
-            return true
+    /// What becomes of a registration when `kind.register` returned.
+    private enum RegistrationOutcome {
+        /// The phase is registered.
+        case registered
+        /// `cancel()` came meanwhile and left it to the registering thread: the phase is
+        /// unregistering, and that thread unregisters.
+        case unregisters
+        /// Nothing is registered (the kind undid its work): the phase is unregistered, the
+        /// error recorded, and the registering thread cancels the source.
+        case failed
+    }
+
+    /// Under the lock, by the registering thread when `kind.register` returned (under this
+    /// same lock or outside it): moves the phase on. Nothing was decided while it was
+    /// registering; the caller decides next.
+    private func registrationReturned(_ error: (any Error)?, _ state: inout State) -> RegistrationOutcome {
+        assert(state.phase == .registering, "\(name): registration finished in phase \(state.phase)")
+        if let error {
+            record(error, &state)
+            state.enter(.unregistered)
+            return .failed
         }
-        if unregisters { finishUnregistering() }
-        if error != nil { cancel() }
+        guard isCancelled else {
+            state.enter(.registered)
+            return .registered
+        }
+        state.enter(.unregistering)
+        return .unregisters
+    }
+
+    /// The registering thread, when `kind.register` returned outside the lock.
+    private func finishRegistering(_ kind: any SourceKind, _ error: (any Error)?) {
+        switch state.locked({ registrationReturned(error, &$0) }) {
+        case .registered:
+            break
+        case .unregisters:
+            finishUnregistering(kind)
+        case .failed:
+            cancel()
+        }
     }
 
     /// Unregisters outside the lock, by the one thread that moved the phase to
     /// unregistering; the caller decides next.
-    private func finishUnregistering() {
-        unregisterKind()
+    private func finishUnregistering(_ kind: any SourceKind) {
+        kind.unregister(self)
         state.locked { state in
             assert(state.phase == .unregistering, "\(name): unregistration finished in phase \(state.phase)")
             state.enter(.unregistered)
@@ -302,8 +322,9 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     }
 
     /// Under the lock, once, by `cancel()`: what becomes of the registration. True when the
-    /// caller unregisters outside the lock (`finishUnregistering`).
-    private func cancelRegistration(_ state: inout State) -> Bool {
+    /// caller unregisters outside the lock (`finishUnregistering`); a kind that
+    /// `registersUnderLock` is unregistered here.
+    private func cancelRegistration(_ kind: any SourceKind, _ state: inout State) -> Bool {
         switch state.phase {
         case .idle:
             // Never registered, and `activate()` will not register a cancelled source.
@@ -312,13 +333,10 @@ class SourceCore: TimerEntry, @unchecked Sendable {
             // The registering thread unregisters when its registration returns.
             break
         case .registered:
-            if unregistersUnderLock {
-                unregisterKind(&state)
-                state.enter(.unregistered)
-            } else {
-                state.enter(.unregistering)
-                return true
-            }
+            state.enter(.unregistering)
+            guard kind.registersUnderLock else { return true }
+            kind.unregister(self)
+            state.enter(.unregistered)
         case .unregistering:
             // The registering thread saw the cancellation first and unregisters it.
             break
@@ -351,8 +369,9 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     /// its registration returns).
     func cancel() {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        guard unregistersUnderLock else {
-            if state.locked({ cancelRegistration(&$0) }) { finishUnregistering() }
+        let kind = self.kind
+        guard kind.registersUnderLock else {
+            if state.locked({ cancelRegistration(kind, &$0) }) { finishUnregistering(kind) }
             changed()
             return
         }
@@ -360,7 +379,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         guard !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
             // A job of the source is posted or running, and decides again when it is done:
             // unregistered first, the cancel handler comes after the source left the reactor.
-            _ = withState { cancelRegistration(&$0) }
+            _ = withState { cancelRegistration(kind, &$0) }
             changed()
             return
         }
@@ -368,7 +387,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         // lock round trip (cancelling is most of a timeout's life).
         let seen = changes.load(ordering: .acquiring)
         let decided = state.locked { state -> (Step, QoS)? in
-            _ = cancelRegistration(&state)
+            _ = cancelRegistration(kind, &state)
             return nextStep(&state)
         }
         if !post(decided, seen: seen) { scheduleNext() }
@@ -392,7 +411,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
-    var registrationError: (any Error)? { state.locked { $0.registrationError } }
+    var registrationError: (any Error)? { state.locked { _ in extras?.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
@@ -402,7 +421,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
 
     /// Keeps the first reason the source stopped, as its `registrationError`.
     private func record(_ error: any Error, _ state: inout State) {
-        let box = extras(&state)
+        let box = extrasBox()
         if box.registrationError == nil {
             box.registrationError = error as? EventSourceError
                 ?? EventSourceError(subject: name, code: 0, reason: "\(error)")
@@ -463,11 +482,17 @@ class SourceCore: TimerEntry, @unchecked Sendable {
     private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
         if let (step, qos) = decided {
             assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a job posted while another is")
+            #if DEBUG
+            // The cancel step comes after the kind unregistered: a timer is out of the engine.
+            if step == .cancellation, let entry = self as? any TimerEntry {
+                assert(!entry.isScheduled, "\(name): cancel step posted while the timer is in the engine")
+            }
+            #endif
             postedStep.store(step.rawValue, ordering: .releasing)
             if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
                 CancellationIntake.intake(for: rootClass).post(self)
             } else {
-                target.enqueue(Job(work: .source(self), qos: qos, flags: [], context: .empty, group: nil))
+                target.enqueue(Job(work: .posted(self), qos: qos, flags: [], context: .empty, group: nil))
             }
             return true
         }
@@ -488,20 +513,25 @@ class SourceCore: TimerEntry, @unchecked Sendable {
             state.flags.remove(.registrationHandlerDue)
             // A source that never registered (cancelled first, or failed) skips it.
             if phase == .registered && !isCancelled {
-                return (.registration, state.registrationHandler?.propagatedQoS ?? .unspecified)
+                return (.registration, extras?.registrationHandler?.propagatedQoS ?? .unspecified)
             }
         }
         if isCancelled {
             // Still registered: `cancel()` is about to unregister, and decides after it.
             guard phase == .unregistered, !state.flags.contains(.cancelHandlerDelivered) else { return nil }
             state.flags.insert(.cancelHandlerDelivered)
-            return (.cancellation, state.cancelHandler?.propagatedQoS ?? .unspecified)
+            return (.cancellation, extras?.cancelHandler?.propagatedQoS ?? .unspecified)
         }
         guard phase == .registered, pending.load(ordering: .acquiring) != 0 else { return nil }
         return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
     }
 
-    /// The job `scheduleNext` posted, on the target queue; then the next decision.
+    func performPostedWork() {
+        runPostedStep()
+    }
+
+    /// The job `scheduleNext` posted, on the target queue (or a drain of the
+    /// `CancellationIntake`); then the next decision.
     func runPostedStep() {
         guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
             lullFatal("\(name): a job ran with no step posted")
@@ -516,7 +546,7 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         #endif
         switch step {
         case .registration:
-            if !isCancelled, let handler = state.locked({ $0.registrationHandler }) {
+            if !isCancelled, let handler = state.locked({ _ in extras?.registrationHandler }) {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
@@ -536,12 +566,13 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         guard !isCancelled else { return }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
         guard merged != 0 else { return }
-        guard let value = dataForDelivery(merged: merged) else { return }
+        let kind = self.kind
+        guard let value = kind.dataForDelivery(self, merged: merged) else { return }
         // Events that arrive while no handler is set are dropped.
         guard let handler = state.locked({ $0.eventHandler }) else { return }
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
-        if !isCancelled { handlerReturned() }
+        if !isCancelled { kind.handlerReturned(self) }
     }
 
     private func finishCancellation() {
@@ -549,19 +580,19 @@ class SourceCore: TimerEntry, @unchecked Sendable {
         var released = state.locked { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
             defer {
                 state.eventHandler = nil
-                state.extras?.cancelHandler = nil
-                state.extras?.registrationHandler = nil
+                extras?.cancelHandler = nil
+                extras?.registrationHandler = nil
             }
-            return (state.cancelHandler, (state.eventHandler, state.registrationHandler))
+            return (extras?.cancelHandler, (state.eventHandler, extras?.registrationHandler))
         }
         released.cancel?.run(thread: ThreadState.current)
-        finished()
+        kind.finished(self)
         released = (nil, (nil, nil))
     }
 }
 
-/// What a source keeps only when it has it: the registration handler and error (a kind
-/// may subclass it for more, see `TimerCore`).
+/// What a source keeps only when it has it: the cancel and registration handlers and the
+/// registration error (a kind may subclass it for more, see `TimerCore`).
 ///
 /// `@unchecked Sendable`: only read and written inside its core's lock.
 class SourceExtras: @unchecked Sendable {
@@ -570,27 +601,26 @@ class SourceExtras: @unchecked Sendable {
     var registrationError: EventSourceError?
 }
 
-/// The core of every kind but timers: what depends on the kind is in its `SourceDriver`.
+/// The core of every kind but timers: the kind's table of operations is a separate object
+/// (`driver`), which holds what the kind keeps per source.
 final class DrivenSourceCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; adds `let`s of Sendable types
     private let kindType: EventSourceBase.Type
-    let driver: any SourceDriver
-    /// The mask in 32 bits (every mask fits); the handle is the core's `kindWord`
-    /// (descriptors, signal numbers and process ids fit).
+    let driver: any SourceKind
+    /// The mask and the handle in 32 bits each (every mask fits; so do descriptors, signal
+    /// numbers and process ids).
     private let maskBits: UInt32
+    private let handleBits: UInt32
 
-    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceDriver) {
+    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceKind) {
         kindType = kind
         self.driver = driver
         maskBits = UInt32(truncatingIfNeeded: mask)
-        super.init(target: target, merge: merge, kindWord: UInt32(truncatingIfNeeded: handle))
+        handleBits = UInt32(truncatingIfNeeded: handle)
+        super.init(target: target, merge: merge)
     }
 
-    override var kind: EventSourceBase.Type { kindType }
-    override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: kindWord)) }
+    override var kind: any SourceKind { driver }
+    override var sourceType: EventSourceBase.Type { kindType }
+    override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: handleBits)) }
     override var mask: UInt { UInt(maskBits) }
-    override func registerKind() -> (any Error)? { driver.register(self) }
-    override func unregisterKind() { driver.unregister(self) }
-    override func dataForDelivery(merged: UInt) -> UInt? { driver.dataForDelivery(self, merged: merged) }
-    override func handlerReturned() { driver.handlerReturned(self) }
-    override func finished() { driver.finished(self) }
 }

@@ -79,49 +79,83 @@ extension EventSource {
     }
 }
 
-/// A timer source's core: the source machinery, the timer's schedule, and its entry in the
-/// engine in one object, rescheduled in place from fire to fire (a fire allocates nothing).
+/// A timer source's core: the source machinery, the timer's schedule, its kind (a timer is
+/// its own `SourceKind`) and its entry in the engine (`TimerEntry`) in one object,
+/// rescheduled in place from fire to fire (a fire allocates nothing).
 ///
 /// Where the schedule lives: a one-shot on the monotonic clock — most timers, timeouts —
-/// keeps its window in the entry's own `deadline` and `leeway`; a repeating or wall-clock
+/// keeps its window in the entry's own fields (`heapFields`); a repeating or wall-clock
 /// timer keeps its grid in the extras box (`TimerExtras`), made for it. Everything here is
-/// read and written under the core's lock (`withState`); the entry fields also by the
-/// engine, under its lock, nested inside ours (`arm`), and only while the entry is in the
-/// engine — so a one-shot writes its window straight into them only while it is not.
-final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see SourceCore; `box` is read and written only under the core's lock
-    /// A repeating or wall-clock schedule, a label, a diagnostics serial: made only for a
-    /// timer that has one of them. Under the core's lock.
-    private var box: TimerExtras?
+/// read and written under the core's lock (`withState`; `register` and `unregister` run
+/// under it, as the timer `registersUnderLock`); the heap fields also by the engine, under
+/// its lock, nested inside ours (`arm`), and only while the entry is in the engine — so a
+/// one-shot writes its window straight into them only while it is not.
+final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {  // Sendable: see SourceCore; `heapFields` follows `TimerEntry`'s rule, `word` is atomic
+    /// `@exclusivity(unchecked)`: `TimerEntry`'s rule keeps its accesses apart.
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()
+    /// The site's number (`TimerSiteTable`) and three flags: `strict` (fixed at creation)
+    /// and the schedule state, `hasSchedule` and `live`, written only under the core's lock.
+    /// Atomic so that the fixed bits can be read without the lock.
+    private let word: Atomic<UInt32>
 
     /// The timer has a schedule whose fires are not all delivered to the engine yet.
-    private static let hasSchedule = Flags.kindBit0
-    /// Activated and not cancelled: the schedule goes to the engine.
-    private static let live = Flags.kindBit1
-    /// In `kindWord`, beside the site's number (`TimerSiteTable`).
+    private static let hasSchedule: UInt32 = 1 << 29
+    /// Registered (activated and not cancelled): the schedule goes to the engine.
+    private static let live: UInt32 = 1 << 30
     private static let strictBit: UInt32 = 1 << 31
+    private static let siteBits: UInt32 = hasSchedule - 1
 
     init(strict: Bool, target: WorkQueue?, site: TimerSite) {
-        super.init(target: target, merge: .add,
-                   kindWord: TimerSiteTable.number(for: site) | (strict ? TimerCore.strictBit : 0))
+        let number = TimerSiteTable.number(for: site)
+        assert(number <= TimerCore.siteBits, "timer site number \(number) does not fit")
+        word = Atomic(number & TimerCore.siteBits | (strict ? TimerCore.strictBit : 0))
+        super.init(target: target, merge: .add)
     }
 
-    var strict: Bool { kindWord & TimerCore.strictBit != 0 }
-    override var kind: EventSourceBase.Type { TimerSource.self }
+    override var kind: any SourceKind { self }
+    override var sourceType: EventSourceBase.Type { TimerSource.self }
     override var mask: UInt { strict ? TimerFlags.strict.rawValue : 0 }
+    var strict: Bool { word.load(ordering: .relaxed) & TimerCore.strictBit != 0 }
 
     /// Where the timer was made: its name in diagnostics unless it has a label.
-    var siteDescription: String { TimerSiteTable.site(kindWord & ~TimerCore.strictBit)?.description ?? "?" }
+    var siteDescription: String {
+        TimerSiteTable.site(word.load(ordering: .relaxed) & TimerCore.siteBits)?.description ?? "?"
+    }
+
+    /// Whether a schedule-state flag is set (under the core's lock).
+    private func isSet(_ flag: UInt32) -> Bool {
+        word.load(ordering: .relaxed) & flag != 0
+    }
+
+    /// Sets or clears a schedule-state flag (under the core's lock, so no other thread
+    /// writes the word meanwhile).
+    private func set(_ flag: UInt32, _ on: Bool) {
+        let old = word.load(ordering: .relaxed)
+        word.store(on ? old | flag : old & ~flag, ordering: .relaxed)
+    }
 
     var label: String? {
-        get { withState { _ in box?.label } }
+        get { withState { _ in timerBox?.label } }
         set { withState { _ in timerExtras().label = newValue } }
     }
 
-    /// The extras box, made on first use (under the lock).
+    /// The timer's extras box, if it has one (under the lock).
+    private var timerBox: TimerExtras? {
+        guard let box = extras, type(of: box) == TimerExtras.self else { return nil }
+        return unsafeDowncast(box, to: TimerExtras.self)
+    }
+
+    /// The timer's extras box, made on first use (under the lock): it takes over the plain
+    /// box a handler or an error made before.
     private func timerExtras() -> TimerExtras {
-        if let box { return box }
+        if let box = timerBox { return box }
         let made = TimerExtras()
-        box = made
+        if let plain = extras {
+            made.cancelHandler = plain.cancelHandler
+            made.registrationHandler = plain.registrationHandler
+            made.registrationError = plain.registrationError
+        }
+        replaceExtras(with: made)
         return made
     }
 
@@ -156,23 +190,22 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
             leeway = max(leeway, DefaultLeeway.nanoseconds(for: floorQoS.qosClass, delay: delay))
         }
         if let interval { leeway = min(leeway, interval) }
-        withState { state in
-            // A cancelled timer keeps no schedule (and its `deadline` may link its posted
-            // cancel step, see `CancellationIntake`).
+        withState { _ in
+            // A cancelled timer keeps no schedule.
             guard !isCancelled else { return }
             discardPending()
-            state.flags.insert(TimerCore.hasSchedule)
-            let live = state.flags.contains(TimerCore.live)
+            set(TimerCore.hasSchedule, true)
+            let live = isSet(TimerCore.live)
             if interval != nil || isWall {
                 timerExtras().grid = TimerGrid(start: start, interval: interval ?? 0, leeway: leeway, isWall: isWall)
-                if live { arm(&state) }
+                if live { arm() }
                 return
             }
-            box?.grid = nil
+            timerBox?.grid = nil
             if !live {
                 // Not live, so not in the engine: the window waits in the entry's fields.
-                deadline = start
-                self.leeway = leeway
+                heapFields.deadline = start
+                heapFields.leeway = leeway
             } else if start == .max {
                 disarm()  // distantFuture: never fires
             } else {
@@ -181,19 +214,22 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
         }
     }
 
-    /// Under the core's lock, as the phase goes from idle to registered in one step; `cancel`
-    /// moves it to unregistered under the same lock (`unregisterKind(_:)`), so a cancel that
-    /// races with activation disarms after this arms, or finds the timer never registered.
-    override func registerKind(_ state: inout State) -> Bool {
-        state.flags.insert(TimerCore.live)
-        if state.flags.contains(TimerCore.hasSchedule) { arm(&state) }
-        return true
+    // MARK: The kind's operations (under the core's lock)
+
+    var registersUnderLock: Bool { true }
+
+    /// In the registering phase, under the core's lock: the schedule goes to the engine from
+    /// now on. `cancel` unregisters under the same lock, so a cancel that races with
+    /// activation disarms after this arms, or finds the timer never registered.
+    func register(_ core: SourceCore) -> (any Error)? {
+        set(TimerCore.live, true)
+        if isSet(TimerCore.hasSchedule) { arm() }
+        return nil
     }
 
-    override var unregistersUnderLock: Bool { true }
-
-    override func unregisterKind(_ state: inout State) {
-        state.flags.remove(TimerCore.live)
+    /// In the unregistering phase, under the core's lock: out of the engine for good.
+    func unregister(_ core: SourceCore) {
+        set(TimerCore.live, false)
         disarm()
     }
 
@@ -201,8 +237,8 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     /// the entry out when there is none. Rescheduling in place replaces the old window in
     /// one step: the engine never looks empty in between, so the reactor is not disarmed
     /// and re-armed.
-    private func arm(_ state: inout State) {
-        guard let (deadline, leeway, wall) = nextWindow(state) else {
+    private func arm() {
+        guard let (deadline, leeway, wall) = nextWindow() else {
             disarm()
             return
         }
@@ -213,14 +249,15 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
     /// on its way finds sequence 0). Safe to write once the engine let go of the entry.
     private func disarm() {
         Runtime.shared.timers.cancel(self)
-        sequence = 0
+        heapFields.sequence = 0
     }
 
     /// The window of the schedule's next fire: nil when it never comes.
-    private func nextWindow(_ state: State) -> (deadline: UInt64, leeway: UInt64, wall: UInt64?)? {
-        guard let grid = box?.grid else {
+    private func nextWindow() -> (deadline: UInt64, leeway: UInt64, wall: UInt64?)? {
+        guard let grid = timerBox?.grid else {
             // A one-shot on the monotonic clock: its window waited in the entry's fields.
-            return deadline == .max ? nil : (deadline, leeway, nil)  // distantFuture: never fires
+            let window = heapFields
+            return window.deadline == .max ? nil : (window.deadline, window.leeway, nil)  // distantFuture: never fires
         }
         let target = grid.nextTarget
         if target == .max { return nil }
@@ -230,15 +267,15 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
 
     /// The engine fired the scheduling `sequence` of this timer, due at `firedDeadline`
     /// (outside the engine's lock): count the fires, schedule the next one.
-    override func fired(sequence: UInt32, deadline firedDeadline: UInt64, now: UInt64) {
+    func fired(sequence: UInt32, deadline firedDeadline: UInt64, now: UInt64) {
         // Counted under the lock: a reschedule (which drops pending fires under it) is
         // either before this fire, which then finds its sequence replaced, or after it.
-        let fires = withState { state -> UInt in
-            guard state.flags.contains(TimerCore.live), state.flags.contains(TimerCore.hasSchedule),
-                  self.sequence == sequence else { return 0 }
+        let fires = withState { _ -> UInt in
+            guard isSet(TimerCore.live), isSet(TimerCore.hasSchedule), heapFields.sequence == sequence else { return 0 }
+            let box = timerBox
             guard let grid = box?.grid, grid.interval > 0 else {
                 // A one-shot: idle until rescheduled.
-                state.flags.remove(TimerCore.hasSchedule)
+                set(TimerCore.hasSchedule, false)
                 box?.grid = nil
                 addPending(1)
                 return 1
@@ -257,8 +294,8 @@ final class TimerCore: SourceCore, @unchecked Sendable {  // Sendable: see Sourc
                 lateness = now > firedDeadline ? now - firedDeadline : 0
             }
             let missed = lateness / grid.interval
-            timerExtras().grid?.nextIndex &+= 1 + missed
-            arm(&state)
+            box?.grid?.nextIndex &+= 1 + missed
+            arm()
             let count = UInt(truncatingIfNeeded: 1 + missed)
             addPending(count)
             return count
@@ -304,11 +341,12 @@ struct TimerGrid {
     }
 }
 
-/// What a timer keeps beside its core only when it has it: a repeating or wall-clock
-/// schedule, a label, and a serial number for diagnostics.
+/// A timer's extras box: what every source keeps there, and what a timer keeps only when
+/// it has it: a repeating or wall-clock schedule, a label, and a serial number for
+/// diagnostics.
 ///
 /// `@unchecked Sendable`: only read and written under its core's lock.
-final class TimerExtras: @unchecked Sendable {
+final class TimerExtras: SourceExtras, @unchecked Sendable {
     var grid: TimerGrid?
     var label: String?
     /// Tells this timer apart in wake-up diagnostics (0: not asked yet).

@@ -32,4 +32,4 @@ public final class UserDataReplaceSource: EventSourceBase, EventSourceProtocol, 
 }
 
 /// User-data sources register nothing: merging is all there is.
-final class UserDataDriver: SourceDriver {}
+final class UserDataDriver: SourceKind {}

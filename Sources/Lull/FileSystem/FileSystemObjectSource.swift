@@ -93,7 +93,7 @@ extension EventSource {
 /// Watches one object for a file-system source: leases its watch (at creation for a path,
 /// at activation for a descriptor), subscribes at activation, unsubscribes at cancel and
 /// releases the lease after the cancel handler.
-final class FileSystemObjectDriver: SourceDriver {
+final class FileSystemObjectDriver: SourceKind {
     enum Target: Sendable {
         case descriptor(Int32)
         case path(String)

@@ -1,18 +1,41 @@
 /// One pending fire in the timer engine: a window [deadline, deadline + leeway] on the
-/// monotonic clock. What firing does is the subclass's: a delayed block (`DelayedEntry`), a
-/// callback on the polling thread (`CallbackEntry`), or a timer source, whose core is its
-/// own entry (`TimerCore`: one object per timer beside the program's handle, rescheduled in
-/// place from fire to fire).
+/// monotonic clock. What firing does is the conforming class's: a delayed block
+/// (`DelayedEntry`), a callback on the polling thread (`CallbackEntry`), or a timer source,
+/// whose core is its own entry (`TimerCore`: one object per timer beside the program's
+/// handle, rescheduled in place from fire to fire).
 ///
-/// Every source core is an entry (`SourceCore` derives from this class), so that a timer's
-/// core needs no second object; the other kinds carry the 20 bytes of timing unused (their
-/// layout is counted in `SourceCore`). The fields are as small as the engine allows: a
-/// million idle timers are mostly these objects.
+/// Only timers are entries: each keeps the engine's fields (`TimerHeapFields`, 20 bytes)
+/// inline, so that scheduling allocates nothing and no other object carries them.
 ///
-/// `@unchecked Sendable`: the fields below are read and written by `TimerEngine` under its
-/// lock (a timer core also writes them, under its own lock, while it is not in the engine);
-/// subclasses add only `let`s of `Sendable` types or state behind locks of their own.
-class TimerEntry: @unchecked Sendable {
+/// The engine reads and writes `heapFields` under its lock while the entry is scheduled;
+/// the owner may write them (under a lock of its own) only while the entry is not in the
+/// engine. Conforming classes are `@unchecked Sendable` on that rule, and store the fields
+/// `@exclusivity(unchecked)`: the rule keeps the accesses apart, and the run-time check
+/// would cost every heap operation a look at a thread-local access set.
+protocol TimerEntry: AnyObject, Sendable {
+    /// Where the entry stands in the engine (see the protocol's rule for who writes it).
+    var heapFields: TimerHeapFields { get set }
+    /// The runtime's own (the stall check): not counted among the program's timers.
+    var isHousekeeping: Bool { get }
+    /// The engine fired the scheduling `sequence` of this entry, whose window opened at
+    /// `deadline` (outside the engine's lock: the entry may have been rescheduled since).
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64)
+}
+
+/// The heap fields by name, as the engine and the heap use them.
+extension TimerEntry {
+    var isHousekeeping: Bool { false }
+    var deadline: UInt64 { get { heapFields.deadline } set { heapFields.deadline = newValue } }
+    var sequence: UInt32 { get { heapFields.sequence } set { heapFields.sequence = newValue } }
+    var leeway: UInt64 { get { heapFields.leeway } set { heapFields.leeway = newValue } }
+    var slot: Int32 { get { heapFields.slot } set { heapFields.slot = newValue } }
+    var isScheduled: Bool { heapFields.slot >= 0 }
+    var latest: UInt64 { heapFields.latest }
+}
+
+/// A timer entry's fields in the engine, as small as the engine allows (a million idle
+/// timers are mostly the objects that hold them).
+struct TimerHeapFields {
     var deadline: UInt64 = 0
     /// Numbers the schedulings (never 0, which means none): orders equal deadlines, and
     /// tells a fire of an earlier scheduling of the same entry from the current one. 32 bits
@@ -24,8 +47,6 @@ class TimerEntry: @unchecked Sendable {
     /// Where the entry is in the engine's heap; -1: not scheduled.
     var slot: Int32 = -1
 
-    init() {}
-
     /// The leeway: exact up to about 2.1 s, rounded down to whole milliseconds above (up to
     /// about 24.8 days), `UInt64.max` for a window that never closes. Rounding down narrows
     /// a window: a timer may fire a little sooner within it, never later than asked.
@@ -34,21 +55,10 @@ class TimerEntry: @unchecked Sendable {
         set { leewayCode = LeewayCode(nanoseconds: newValue) }
     }
 
-    var isScheduled: Bool { slot >= 0 }
-
     /// The end of the window: the deadline plus the leeway, at most the end of the clock.
     var latest: UInt64 {
         let (sum, overflow) = deadline.addingReportingOverflow(leeway)
         return overflow ? .max : sum
-    }
-
-    /// The runtime's own (the stall check): not counted among the program's timers.
-    var isHousekeeping: Bool { false }
-
-    /// The engine fired the scheduling `sequence` of this entry, whose window opened at
-    /// `deadline` (outside the engine's lock: the entry may have been rescheduled since).
-    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
-        lullFatal("TimerEntry.fired(sequence:deadline:now:) must be overridden")
     }
 }
 
@@ -95,7 +105,8 @@ struct LeewayCode {
 }
 
 /// A delayed block (`asyncAfter`): goes to its queue when fired.
-final class DelayedEntry: TimerEntry, @unchecked Sendable {
+final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
     let queue: WorkQueue
     let job: Job
     /// Where the block was submitted, recorded only while diagnostics are on.
@@ -105,29 +116,28 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {
         self.queue = queue
         self.job = job
         self.origin = origin
-        super.init()
     }
 
-    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         queue.enqueue(job)
     }
 }
 
 /// A callback that runs on the polling thread itself, which must not block: runtime
 /// housekeeping (and tests of the engine).
-final class CallbackEntry: TimerEntry, @unchecked Sendable {
+final class CallbackEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
     let action: @Sendable () -> Void
     private let housekeeping: Bool
 
     init(isHousekeeping: Bool = false, _ action: @escaping @Sendable () -> Void) {
         self.action = action
         housekeeping = isHousekeeping
-        super.init()
     }
 
-    override var isHousekeeping: Bool { housekeeping }
+    var isHousekeeping: Bool { housekeeping }
 
-    override func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
         action()
     }
 }

@@ -3,8 +3,9 @@
 ///
 /// One heap, not a second one by window end: the earliest window end is found by walking
 /// the top of this heap (`earliestWindowEnd`), which costs about as many steps as the next
-/// wake-up fires entries. Each live timer costs 16 bytes here (its deadline, kept beside the
-/// reference so that sifting reads no entry, and the reference).
+/// wake-up fires entries. Each live timer costs 24 bytes here (its deadline, kept beside the
+/// reference so that sifting reads no entry, and the entry's reference with its witness
+/// table).
 struct TimerHeap {
     private var deadlines: [UInt64] = []
     private var entries: [TimerEntry] = []

@@ -8,12 +8,9 @@ struct Job: Sendable {
         case drain(WorkQueue)
         /// A thread blocked in `sync` that runs once the queue reaches it.
         case syncWaiter(SyncWaiter)
-        /// A source's next step (a handler): the source knows which, so posting it
-        /// allocates nothing.
-        case source(SourceCore)
-        /// Drain the cancel steps posted for the global queue of a class
-        /// (`CancellationIntake`).
-        case cancellations(QoS.QoSClass)
+        /// Work the object performs itself (a source's next step, a drain of posted cancel
+        /// steps): it knows what, so posting it allocates nothing.
+        case posted(any PostedWork)
     }
 
     var work: Work

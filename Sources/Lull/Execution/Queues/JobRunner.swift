@@ -29,18 +29,11 @@ enum JobRunner {
                 }
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
-        case .source(let core):
+        case .posted(let work):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()
             thread.withJobContext(job.context) {
-                thread.withQoS(qos) { core.runPostedStep() }
-            }
-            Diagnostics.chargeCPU(since: cpu, to: qos)
-        case .cancellations(let qosClass):
-            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
-            let cpu = Diagnostics.cpuClock()
-            thread.withJobContext(.empty) {
-                thread.withQoS(qos) { CancellationIntake.intake(for: qosClass).drain() }
+                thread.withQoS(qos) { work.performPostedWork() }
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
         case .item(let item):
