@@ -485,7 +485,7 @@ extension LullSuite {
         // MARK: Sharing, masks, coalescing, lifetime
 
         @Test func sourcesOnOneInodeShareOneWatchAndEachGetsItsMask() throws {
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let directory = try FileSystemTestKit.TemporaryDirectory()
             defer { directory.remove() }
             let file = directory.at("file")
@@ -540,12 +540,12 @@ extension LullSuite {
         }
 
         @Test func cancellingReleasesTheDescriptorsLullOpened() throws {
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let directory = try FileSystemTestKit.TemporaryDirectory()
             defer { directory.remove() }
             try FileSystemTestKit.write(directory.at("file"), "x")
             // Earlier tests' sources are gone: let the shared hub close its instance first.
-            _ = waitUntil { !InotifyHub.shared.snapshot.hasInstance }
+            _ = waitUntil { !Runtime.shared.inotify.snapshot.hasInstance }
             let before = FileSystemTestKit.openDescriptorCount()
             do {
                 let first = WatchedObject(try FileSystemObjectSource(path: directory.at("file"), eventMask: .all, queue: queue, hub: hub))
@@ -560,7 +560,7 @@ extension LullSuite {
         }
 
         @Test func aSourceTheProgramDropsIsCancelledAndReleasesItsWatch() throws {
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let directory = try FileSystemTestKit.TemporaryDirectory()
             defer { directory.remove() }
             let cancelled = Flag()
@@ -614,11 +614,11 @@ extension LullSuite {
             let folder = WatchedObject(try EventSource.makeFileSystemObjectSource(path: directory.path, eventMask: [.write, .delete], queue: queue))
             let gone = WatchedObject(EventSource.makeFileSystemObjectSource(fileDescriptor: goneDescriptor, eventMask: .all, queue: queue))
             // Unlinked while the hub is not reading: only the overflow will tell.
-            InotifyHub.shared.holdDraining(true)
+            Runtime.shared.inotify.holdDraining(true)
             try FileSystemTestKit.check(unlink(directory.at("gone")), "unlink")
             let overflowsBefore = FileSystemDiagnostics.overflowCount
-            InotifyHub.shared.injectOverflow()
-            InotifyHub.shared.holdDraining(false)
+            Runtime.shared.inotify.injectOverflow()
+            Runtime.shared.inotify.holdDraining(false)
             #expect(FileSystemDiagnostics.overflowCount == overflowsBefore + 1)
             #expect(file.log.waitFor([.write, .extend, .attrib, .link, .rename]), "got \(file.log.values)")
             #expect(!file.log.union.contains(.delete), "not confirmed, so not reported")
@@ -634,7 +634,7 @@ extension LullSuite {
         @Test func aRealQueueOverflowIsCountedAndEverySourceFires() throws {
             let limit = Int(lull_read_proc_integer("/proc/sys/fs/inotify/max_queued_events"))
             try #require(limit > 0 && limit <= 200_000, "max_queued_events is \(limit)")
-            let hub = InotifyHub(registersWithReactor: false)
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false)
             let directory = try FileSystemTestKit.TemporaryDirectory("overflow")
             defer { directory.remove() }
             try FileSystemTestKit.write(directory.at("bystander"), "x")
@@ -740,7 +740,7 @@ extension LullSuite {
             try FileSystemTestKit.check(chmod(directory.path, 0o755), "chmod")
             let path = directory.at("private/file")
             let queue = queue
-            let hub = InotifyHub(registersWithReactor: false)
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false)
             _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: hub)  // warm up
             let answer = try FileSystemTestKit.inForkedChild {
                 if getuid() == 0, setgid(65_534) != 0 || setuid(65_534) != 0 { return "setuid failed" }
@@ -762,7 +762,7 @@ extension LullSuite {
             defer { directory.remove() }
             let path = directory.path
             let queue = queue
-            _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: InotifyHub(registersWithReactor: false))
+            _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false))
             let answer = try FileSystemTestKit.inForkedChild {
                 // inotify's limits are per user namespace: lower them in a new one.
                 let entered = lull_unshare_user_namespace()
@@ -772,7 +772,7 @@ extension LullSuite {
                 _ = Glibc.write(limit, "0", 1)
                 close(limit)
                 do throws(EventSourceError) {
-                    _ = try FileSystemObjectSource(path: path, eventMask: .all, queue: queue, hub: InotifyHub(registersWithReactor: false))
+                    _ = try FileSystemObjectSource(path: path, eventMask: .all, queue: queue, hub: InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false))
                     return "no error"
                 } catch {
                     return "\(error.code)|\(error)"
@@ -794,7 +794,7 @@ extension LullSuite {
             defer { directory.remove() }
             let path = directory.path
             let queue = queue
-            _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: InotifyHub(registersWithReactor: false))
+            _ = try? FileSystemObjectSource(path: directory.at("nothing"), eventMask: .all, queue: queue, hub: InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false))
             let answer = try FileSystemTestKit.inForkedChild {
                 let entered = lull_unshare_user_namespace()
                 guard entered == 0 else { return "unshare: \(entered)" }
@@ -803,7 +803,7 @@ extension LullSuite {
                 _ = Glibc.write(limit, "0", 1)
                 close(limit)
                 do throws(EventSourceError) {
-                    _ = try FileSystemObjectSource(path: path, eventMask: .all, queue: queue, hub: InotifyHub(registersWithReactor: false))
+                    _ = try FileSystemObjectSource(path: path, eventMask: .all, queue: queue, hub: InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, registersWithReactor: false))
                     return "no error"
                 } catch {
                     return "\(error.code)|\(error)"

@@ -39,7 +39,7 @@ extension LullSuite {
         let queue = WorkQueue(label: "lull.test.fs.watcher")
 
         private func makeWatcher(_ path: String, latency: Duration = .milliseconds(20),
-                                 hub: InotifyHub = .shared) throws -> (DirectoryTreeWatcher, TreeChangeLog) {
+                                 hub: InotifyHub = Runtime.shared.inotify) throws -> (DirectoryTreeWatcher, TreeChangeLog) {
             let watcher = try DirectoryTreeWatcher(path: path, latency: latency, queue: queue, hub: hub)
             let log = TreeChangeLog()
             watcher.setEventHandler { log.record($0) }
@@ -82,7 +82,7 @@ extension LullSuite {
                     try FileSystemTestKit.write(directory.at("file-with-a-long-name-\(index)-\(file)"), "x")
                 }
             }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let (watcher, log) = try makeWatcher(directory.path, hub: hub)
             defer { watcher.cancel() }
             // The root, every directory below it, and the root's parent (for its removal).
@@ -106,7 +106,7 @@ extension LullSuite {
             let proceed = Gate()
             let root = directory.path
             // The walk stops at the first directory below the root until the test says so.
-            let watcher = try DirectoryTreeWatcher(path: root, latency: .milliseconds(20), queue: queue, hub: InotifyHub()) { path in
+            let watcher = try DirectoryTreeWatcher(path: root, latency: .milliseconds(20), queue: queue, hub: InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)) { path in
                 guard path != root, !inWalk.isOpen else { return }
                 inWalk.open()
                 proceed.wait()
@@ -260,7 +260,7 @@ extension LullSuite {
         @Test func symbolicLinkLoopsAreNotFollowed() throws {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             try FileSystemTestKit.check(mkdir(directory.at("a"), 0o755), "mkdir")
             try FileSystemTestKit.check(symlink(directory.path, directory.at("a/loop")), "symlink")
             try FileSystemTestKit.check(symlink("..", directory.at("a/up")), "symlink")
@@ -281,7 +281,7 @@ extension LullSuite {
         func aBindMountOfAnAncestorIsNotDescendedTwice() throws {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             try FileSystemTestKit.check(mkdir(directory.at("a"), 0o755), "mkdir")
             try FileSystemTestKit.check(mkdir(directory.at("a/mirror"), 0o755), "mkdir")
             guard mount(directory.path, directory.at("a/mirror"), "", UInt(MS_BIND), nil) == 0 else { return }
@@ -298,7 +298,7 @@ extension LullSuite {
         @Test func anOverflowIsMustRescanAndNewDirectoriesAreFoundByTheWalk() throws {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let (watcher, log) = try makeWatcher(directory.path, hub: hub)
             defer { watcher.cancel() }
             #expect(hub.snapshot.watches == 2)  // the root and its parent
@@ -347,7 +347,7 @@ extension LullSuite {
             let directory = try FileSystemTestKit.TemporaryDirectory("tree")
             defer { directory.remove() }
             for name in ["a", "a/b", "c"] { try FileSystemTestKit.check(mkdir(directory.at(name), 0o755), "mkdir") }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             do {
                 let (watcher, _) = try makeWatcher(directory.path, hub: hub)
                 #expect(hub.snapshot.watches == 5)  // four directories and the root's parent
@@ -378,7 +378,7 @@ extension LullSuite {
             for name in ["a", "b", "c", "d", "e"] { try FileSystemTestKit.check(mkdir(directory.at(name), 0o755), "mkdir") }
             // The kernel's limit, per user, is tested with a source in a child process (see
             // FileSystemSourceTests); here the hub refuses the fourth watch the same way.
-            let hub = InotifyHub(simulatedWatchLimit: 3)
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues, simulatedWatchLimit: 3)
             let (watcher, log) = try makeWatcher(directory.path, hub: hub)
             defer { watcher.cancel() }
             let error = try #require(watcher.error)

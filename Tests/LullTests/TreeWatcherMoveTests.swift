@@ -12,7 +12,7 @@ extension LullSuite {
         struct Scene {
             let tree: FileSystemTestKit.TemporaryDirectory
             let outside: FileSystemTestKit.TemporaryDirectory
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let log = TreeChangeLog()
             let watcher: DirectoryTreeWatcher
 

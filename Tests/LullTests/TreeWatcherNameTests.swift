@@ -27,7 +27,7 @@ extension LullSuite {
             let later: [UInt8] = [0x63, 0x61, 0x66, 0xE9]     // "café" in Latin-1
             let escapeLookalike: [UInt8] = [0xEE, 0xBE, 0x80] // U+EF80 in valid UTF-8
             try FileSystemTestKit.check(mkdir(cPath(directory.path, existing), 0o755), "mkdir")
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let watcher = try DirectoryTreeWatcher(path: directory.path, latency: .milliseconds(20), queue: queue, hub: hub)
             defer { watcher.cancel() }
             let log = TreeChangeLog()

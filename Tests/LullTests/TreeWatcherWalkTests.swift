@@ -68,7 +68,7 @@ extension LullSuite {
             for name in ["a", "b"] { try FileSystemTestKit.check(mkdir(slowTree.at(name), 0o755), "mkdir") }
             try FileSystemTestKit.check(mkdir(otherTree.at("sub"), 0o755), "mkdir")
             try FileSystemTestKit.write(otherTree.at("watched"), "x")
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let held = try HeldWalk(root: slowTree.path, hub: hub, queue: queue)
             defer { held.watcher.cancel() }
             #expect(held.start())
@@ -104,7 +104,7 @@ extension LullSuite {
             let tree = try FileSystemTestKit.TemporaryDirectory("cancel")
             defer { tree.remove() }
             for name in ["a", "b", "c"] { try FileSystemTestKit.check(mkdir(tree.at(name), 0o755), "mkdir") }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             let held = try HeldWalk(root: tree.path, hub: hub, queue: queue)
             #expect(held.start())
 
@@ -130,7 +130,7 @@ extension LullSuite {
             defer { tree.remove() }
             let names = ["d0", "d1", "d2", "d3"]
             for name in names { try FileSystemTestKit.check(mkdir(tree.at(name), 0o755), "mkdir") }
-            let hub = InotifyHub()
+            let hub = InotifyHub(reactor: Runtime.shared.reactor, queues: Runtime.shared.queues)
             // Held at the second directory: the root is listed, the first directory watched
             // and listed, the second watched but not listed, the other two not yet watched.
             let held = try HeldWalk(root: tree.path, stopAt: 2, hub: hub, queue: queue)

@@ -47,6 +47,9 @@ final class CancellationIntake: PostedWork {
     }
 
     let qosClass: QoS.QoSClass
+    /// The global queue of `qosClass` the drain jobs run on, bound by the first post (the
+    /// queue of the posted source): the runtime's, which lives as long as the process.
+    private let root = AtomicLazyReference<WorkQueue>()
     /// The posted cores, newest first (retained pointers linked through `cancellationLink`), and in
     /// bit 0 (objects are aligned) whether a drain job is active.
     private let posted = Atomic<UInt>(0)
@@ -95,6 +98,8 @@ final class CancellationIntake: PostedWork {
     /// until the step has run.
     func post(_ core: SourceCore) {
         assert(core.cancellationLink == CancellationIntake.unlinked, "\(core.name): cancel step posted twice")
+        let bound = root.load() ?? root.storeIfNil(core.target)
+        assert(bound === core.target, "cancellation intake: sources of two runtimes post to one intake")
         let node = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
         var old = posted.load(ordering: .relaxed)
         while true {
@@ -120,8 +125,14 @@ final class CancellationIntake: PostedWork {
 
     private func startDrainJob() {
         drainJobs.add(1, ordering: .relaxed)
-        WorkQueue.global(qos: qosClass).enqueue(
+        rootQueue.enqueue(
             Job(work: .posted(self), qos: QoS(qosClass), flags: [], context: .empty, group: nil))
+    }
+
+    /// The bound global queue (a post binds it before anything needs it).
+    private var rootQueue: WorkQueue {
+        guard let root = root.load() else { lullFatal("cancellation intake: used before a post bound its queue") }
+        return root
     }
 
     func performPostedWork() {
@@ -220,7 +231,8 @@ final class CancellationIntake: PostedWork {
         guard !checkArmed.load(ordering: .sequentiallyConsistent),
               !checkArmed.exchange(true, ordering: .sequentiallyConsistent) else { return }
         completedAtArm.store(completed.load(ordering: .acquiring), ordering: .relaxed)
-        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + CancellationIntake.rescueInterval, on: Runtime.shared.timers) {
+        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + CancellationIntake.rescueInterval,
+                                         on: rootQueue.services.timers) {
             [self] in checkForStuckSteps()
         }
     }

@@ -12,10 +12,11 @@ import Glibc
 /// the end, with `data` = bytes from the offset to the end, as kqueue does; it does not
 /// notice that the file grows (watch it with a file-system source for that).
 public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(descriptor: Int32, queue: WorkQueue?) {
+    init(descriptor: Int32, queue: WorkQueue, services: SourceServices) {
         super.init(core: DrivenSourceCore(kind: ReadSource.self, target: queue, merge: .readiness,
                                           handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
-                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: false)))
+                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: false,
+                                                                   table: services.descriptors)))
     }
 }
 
@@ -23,10 +24,11 @@ public final class ReadSource: EventSourceBase, EventSourceProtocol, @unchecked 
 /// (> 0). Level-triggered: while writable, the handler keeps running — suspend the source
 /// when there is nothing to write.
 public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(descriptor: Int32, queue: WorkQueue?) {
+    init(descriptor: Int32, queue: WorkQueue, services: SourceServices) {
         super.init(core: DrivenSourceCore(kind: WriteSource.self, target: queue, merge: .readiness,
                                           handle: UInt(truncatingIfNeeded: descriptor), mask: 0,
-                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: true)))
+                                          driver: DescriptorDriver(descriptor: descriptor, forWriting: true,
+                                                                   table: services.descriptors)))
     }
 }
 
@@ -34,6 +36,7 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
 final class DescriptorDriver: SourceKind {
     let descriptor: Int32
     let forWriting: Bool
+    private let table: DescriptorTable
     /// The descriptor's mux while registered (shared with other sources on the descriptor).
     /// The mux, not the driver, holds the core (see `DescriptorMux`): the driver keeps no
     /// reference to it that could outlive the source's registration.
@@ -45,9 +48,10 @@ final class DescriptorDriver: SourceKind {
     /// new readiness is reported, so that a source left open at EOF does not spin.
     private let endOfFileDelivered = Atomic<Bool>(false)
 
-    init(descriptor: Int32, forWriting: Bool) {
+    init(descriptor: Int32, forWriting: Bool, table: DescriptorTable) {
         self.descriptor = descriptor
         self.forWriting = forWriting
+        self.table = table
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
@@ -67,7 +71,7 @@ final class DescriptorDriver: SourceKind {
             return nil
         }
         do throws(ReactorError) {
-            let joined = try DescriptorTable.shared.attach(self, core: core, identity: found)
+            let joined = try table.attach(self, core: core, identity: found)
             mux.locked { $0 = joined }
             return nil
         } catch {
@@ -82,7 +86,7 @@ final class DescriptorDriver: SourceKind {
             return current
         }
         if let joined {
-            DescriptorTable.shared.release(joined, ifEmptyAfter: self)
+            table.release(joined, ifEmptyAfter: self)
         }
     }
 

@@ -219,7 +219,13 @@ let muxEventCallback: ReactorCallback = { _, what, context in
 /// The witness's entry for a number belongs to the mux held here for it: enrolled when a
 /// mux is made or verified, withdrawn when it is dropped, all under the table's lock.
 final class DescriptorTable: Sendable {
-    static let shared = DescriptorTable()
+    private let reactor: Reactor
+    private let witness: OpenFileWitness
+
+    init(reactor: Reactor, witness: OpenFileWitness) {
+        self.reactor = reactor
+        self.witness = witness
+    }
 
     private let muxes = Mutex<[DescriptorMux?]>([])
 
@@ -237,12 +243,12 @@ final class DescriptorTable: Sendable {
                 let verdict: OpenFileWitness.Verdict
                 if let current, current.file == file {
                     guard current.witnessed else { return current }
-                    verdict = OpenFileWitness.shared.enroll(descriptor)
+                    verdict = witness.enroll(descriptor)
                     // Enrolled now: the open file that registered was closed, and the number
                     // names another open of the same file.
                     if verdict != .enrolled { return current }
                 } else {
-                    verdict = OpenFileWitness.shared.enroll(descriptor)
+                    verdict = witness.enroll(descriptor)
                 }
                 let fresh = DescriptorMux(descriptor: descriptor, file: file, witnessed: verdict != .unverifiable,
                                           predecessor: current)
@@ -270,7 +276,7 @@ final class DescriptorTable: Sendable {
         muxes.locked { muxes in
             guard index < muxes.count, muxes[index] === mux, mux.closeIfEmpty() else { return }
             muxes[index] = nil
-            OpenFileWitness.shared.withdraw(mux.descriptor)
+            witness.withdraw(mux.descriptor)
         }
     }
 }

@@ -1,4 +1,5 @@
 import CLullShims
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,6 @@ import Glibc
 /// is one open file): only the process that made it uses it, and a child's attaches are
 /// unverified rather than changing the parent's entries.
 final class OpenFileWitness: Sendable {
-    static let shared = OpenFileWitness()
 
     enum Verdict: Equatable {
         /// The open file behind the number was not enrolled: it is now.
@@ -33,17 +33,31 @@ final class OpenFileWitness: Sendable {
         case unverifiable
     }
 
-    /// The epoll set, or -errno when it could not be made.
-    private let descriptor: Int32
-    /// The process that made it.
+    /// The epoll set, or -errno when it could not be made; `notMade` until the first enroll
+    /// (a program without read or write sources never opens it). It lives as long as the
+    /// runtime.
+    private let set = Atomic<Int32>(OpenFileWitness.notMade)
+    private static let notMade = Int32.min
+    /// The process that made the witness.
     private let owner: pid_t
 
-    private init() {
-        descriptor = lull_witness_create()
+    init() {
         owner = getpid()
     }
 
-    private var usable: Bool { descriptor >= 0 && getpid() == owner }
+    /// The set, made by the first caller (a racing second closes its own).
+    private var descriptor: Int32 {
+        let current = set.load(ordering: .acquiring)
+        if current != OpenFileWitness.notMade { return current }
+        let made = lull_witness_create()
+        let (exchanged, original) = set.compareExchange(expected: OpenFileWitness.notMade, desired: made,
+                                                        ordering: .acquiringAndReleasing)
+        if exchanged { return made }
+        if made >= 0 { close(made) }
+        return original
+    }
+
+    private var usable: Bool { getpid() == owner && descriptor >= 0 }
 
     /// Enrolls the open file behind `number`, saying whether it was enrolled already.
     func enroll(_ number: Int32) -> Verdict {

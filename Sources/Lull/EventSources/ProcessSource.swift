@@ -30,10 +30,10 @@ public struct ProcessEvent: OptionSet, Sendable {
 /// reported — documented best effort, said once in the log. A mask without `.exit` therefore
 /// never fires.
 public final class ProcessSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(pid: Int32, eventMask: ProcessEvent, queue: WorkQueue?) {
+    init(pid: Int32, eventMask: ProcessEvent, queue: WorkQueue, services: SourceServices) {
         super.init(core: DrivenSourceCore(kind: ProcessSource.self, target: queue, merge: .or,
                                           handle: UInt(truncatingIfNeeded: pid), mask: eventMask.rawValue,
-                                          driver: ProcessDriver(pid: pid, mask: eventMask)))
+                                          driver: ProcessDriver(pid: pid, mask: eventMask, reactor: services.reactor)))
     }
 
     /// The events seen since the handler last ran (the typed `data`).
@@ -43,12 +43,14 @@ public final class ProcessSource: EventSourceBase, EventSourceProtocol, @uncheck
 final class ProcessDriver: SourceKind {
     let pid: Int32
     let mask: ProcessEvent
+    private let reactor: Reactor
     /// The pidfd and its registration; the pidfd is closed exactly once, in `finished`.
     private let watch = Mutex<(descriptor: Int32, registration: DescriptorRegistration?)?>(nil)
 
-    init(pid: Int32, mask: ProcessEvent) {
+    init(pid: Int32, mask: ProcessEvent, reactor: Reactor) {
         self.pid = pid
         self.mask = mask
+        self.reactor = reactor
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
@@ -73,7 +75,7 @@ final class ProcessDriver: SourceKind {
             return nil
         }
         do throws(ReactorError) {
-            let registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, oneShot: true,
+            let registration = try reactor.register(descriptor: descriptor, forWriting: false, oneShot: true,
                                                            handler: ExitForwarder(core: core))
             watch.locked { $0 = (descriptor, registration) }
             return nil

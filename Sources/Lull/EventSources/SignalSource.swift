@@ -36,26 +36,28 @@ import Glibc
 /// and SIGSTOP; glibc keeps 32 and 33 for its threads (NPTL). Any other number cancels the
 /// source with a `registrationError` (`EINVAL`) that says so.
 public final class SignalSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(signal: Int32, queue: WorkQueue?) {
+    init(signal: Int32, queue: WorkQueue, services: SourceServices) {
         super.init(core: DrivenSourceCore(kind: SignalSource.self, target: queue, merge: .add,
                                           handle: UInt(truncatingIfNeeded: signal), mask: 0,
-                                          driver: SignalDriver(signal: signal)))
+                                          driver: SignalDriver(signal: signal, hub: services.signals)))
     }
 }
 
 final class SignalDriver: SourceKind {
     let signal: Int32
+    private let hub: SignalHub
 
-    init(signal: Int32) {
+    init(signal: Int32, hub: SignalHub) {
         self.signal = signal
+        self.hub = hub
     }
 
     func register(_ core: SourceCore) -> (any Error)? {
-        SignalHub.shared.add(core, signal: signal)
+        hub.add(core, signal: signal)
     }
 
     func unregister(_ core: SourceCore) {
-        SignalHub.shared.remove(core, signal: signal)
+        hub.remove(core, signal: signal)
     }
 }
 
@@ -69,7 +71,11 @@ final class SignalDriver: SourceKind {
 /// last source unwatches (`lull_signal_unwatch`), both under the lock; why, and the
 /// invariant asserted in debug builds, are in docs/EventSources.md ("Signals").
 final class SignalHub: ReactorEventHandler {
-    static let shared = SignalHub()
+    private let reactor: Reactor
+
+    init(reactor: Reactor) {
+        self.reactor = reactor
+    }
 
     private struct State {
         var notifyDescriptor: Int32 = -1
@@ -111,7 +117,7 @@ final class SignalHub: ReactorEventHandler {
                     return EventSourceError(subject: subject, code: error.code)
                 }
                 do throws(ReactorError) {
-                    state.registration = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false, handler: self)
+                    state.registration = try reactor.register(descriptor: descriptor, forWriting: false, handler: self)
                 } catch {
                     close(descriptor)
                     return EventSourceError(subject: subject, code: error.errno)

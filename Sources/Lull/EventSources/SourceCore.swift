@@ -170,8 +170,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         case event, cancel, registration
     }
 
-    init(target: WorkQueue?, merge: SourceMerge) {
-        let target = target ?? WorkQueue.global()
+    init(target: WorkQueue, merge: SourceMerge) {
         if !target.livesForever { _ = Unmanaged.passUnretained(target).retain() }
         self.target = target
         self.mergeRule = merge
@@ -611,7 +610,7 @@ final class DrivenSourceCore: SourceCore, @unchecked Sendable {  // Sendable: se
     private let maskBits: UInt32
     private let handleBits: UInt32
 
-    init(kind: EventSourceBase.Type, target: WorkQueue?, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceKind) {
+    init(kind: EventSourceBase.Type, target: WorkQueue, merge: SourceMerge, handle: UInt, mask: UInt, driver: any SourceKind) {
         kindType = kind
         self.driver = driver
         maskBits = UInt32(truncatingIfNeeded: mask)

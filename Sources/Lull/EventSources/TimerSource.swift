@@ -40,7 +40,7 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
         Unmanaged.passUnretained(timer)._withUnsafeGuaranteedRef(body)
     }
 
-    init(flags: TimerFlags, queue: WorkQueue?, site: TimerSite) {
+    init(flags: TimerFlags, queue: WorkQueue, site: TimerSite) {
         super.init(core: TimerCore(strict: flags.contains(.strict), target: queue, site: site))
     }
 
@@ -70,15 +70,6 @@ public final class TimerSource: EventSourceBase, EventSourceProtocol, @unchecked
     }
 }
 
-extension EventSource {
-    /// A timer source; `file` and `line` name it in wake-up diagnostics unless it gets a
-    /// `label`.
-    public static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue? = nil,
-                                       file: StaticString = #fileID, line: UInt = #line) -> TimerSource {
-        TimerSource(flags: flags, queue: queue, site: TimerSite(file: file, line: line))
-    }
-}
-
 /// A timer source's core: the source machinery, the timer's schedule, its kind (a timer is
 /// its own `SourceKind`) and its entry in the engine (`TimerEntry`) in one object,
 /// rescheduled in place from fire to fire (a fire allocates nothing).
@@ -105,7 +96,7 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
     private static let strictBit: UInt32 = 1 << 31
     private static let siteBits: UInt32 = hasSchedule - 1
 
-    init(strict: Bool, target: WorkQueue?, site: TimerSite) {
+    init(strict: Bool, target: WorkQueue, site: TimerSite) {
         let number = TimerSiteTable.number(for: site)
         assert(number <= TimerCore.siteBits, "timer site number \(number) does not fit")
         word = Atomic(number & TimerCore.siteBits | (strict ? TimerCore.strictBit : 0))
@@ -209,7 +200,7 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
             } else if start == .max {
                 disarm()  // distantFuture: never fires
             } else {
-                Runtime.shared.timers.schedule(self, deadline: start, leeway: leeway)
+                target.services.timers.schedule(self, deadline: start, leeway: leeway)
             }
         }
     }
@@ -242,13 +233,13 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
             disarm()
             return
         }
-        Runtime.shared.timers.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
+        target.services.timers.schedule(self, deadline: deadline, leeway: leeway, wallDeadline: wall)
     }
 
     /// Out of the engine, and no scheduling of it counts any more (a fire of one that is
     /// on its way finds sequence 0). Safe to write once the engine let go of the entry.
     private func disarm() {
-        Runtime.shared.timers.cancel(self)
+        target.services.timers.cancel(self)
         heapFields.sequence = 0
     }
 

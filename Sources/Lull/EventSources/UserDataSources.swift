@@ -1,6 +1,6 @@
 /// Sums what `add(data:)` merges; `data` is the sum since the handler last ran.
 public final class UserDataAddSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(queue: WorkQueue?) {
+    init(queue: WorkQueue) {
         super.init(core: DrivenSourceCore(kind: UserDataAddSource.self, target: queue, merge: .add,
                                           handle: 0, mask: 0, driver: UserDataDriver()))
     }
@@ -11,7 +11,7 @@ public final class UserDataAddSource: EventSourceBase, EventSourceProtocol, @unc
 
 /// ORs what `or(data:)` merges; `data` is the OR since the handler last ran.
 public final class UserDataOrSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(queue: WorkQueue?) {
+    init(queue: WorkQueue) {
         super.init(core: DrivenSourceCore(kind: UserDataOrSource.self, target: queue, merge: .or,
                                           handle: 0, mask: 0, driver: UserDataDriver()))
     }
@@ -22,7 +22,7 @@ public final class UserDataOrSource: EventSourceBase, EventSourceProtocol, @unch
 
 /// Keeps the last value `replace(data:)` merged; `replace(data: 0)` clears what is pending.
 public final class UserDataReplaceSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(queue: WorkQueue?) {
+    init(queue: WorkQueue) {
         super.init(core: DrivenSourceCore(kind: UserDataReplaceSource.self, target: queue, merge: .replace,
                                           handle: 0, mask: 0, driver: UserDataDriver()))
     }

@@ -104,14 +104,9 @@ public final class DirectoryTreeWatcher: Sendable {
     /// How long a change waits for others before its batch is delivered.
     public var latency: Duration { core.latency }
 
-    /// Checks that `path` is a directory that can be watched; watching starts at
-    /// `activate()`. Throws an `EventSourceError` naming the path and the reason.
-    public init(path: String, latency: Duration = .milliseconds(100), queue: WorkQueue? = nil) throws {
-        core = try TreeWatcherCore(path: path, latency: latency, queue: queue, hub: .shared, walkHook: nil)
-    }
-
-    /// For tests: a private hub, and a hook called in the walk as each directory is watched.
-    init(path: String, latency: Duration, queue: WorkQueue?, hub: InotifyHub,
+    /// A watcher on `hub` whose batches go to `queue` (the public initializer picks the
+    /// process runtime's); tests give a hook called in the walk as each directory is watched.
+    init(path: String, latency: Duration, queue: WorkQueue, hub: InotifyHub,
          walkHook: (@Sendable (String) -> Void)? = nil) throws(EventSourceError) {
         core = try TreeWatcherCore(path: path, latency: latency, queue: queue, hub: hub, walkHook: walkHook)
     }

@@ -45,16 +45,16 @@ public struct FileSystemEvent: OptionSet, Sendable, Hashable {
 /// `handle` is the descriptor given to the descriptor-based factory; a source made from a
 /// path has no descriptor of the program's and its handle is `UInt.max` (-1 as `Int32`).
 public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol, @unchecked Sendable {  // Sendable: see EventSourceBase
-    init(descriptor: Int32, eventMask: FileSystemEvent, queue: WorkQueue?, hub: InotifyHub = .shared) {
+    init(descriptor: Int32, eventMask: FileSystemEvent, queue: WorkQueue, hub: InotifyHub) {
         let mask = eventMask.intersection(.all)
         super.init(core: DrivenSourceCore(kind: FileSystemObjectSource.self, target: queue, merge: .or,
                                           handle: UInt(truncatingIfNeeded: descriptor), mask: mask.rawValue,
                                           driver: FileSystemObjectDriver(target: .descriptor(descriptor), mask: mask, hub: hub)))
     }
 
-    init(path: String, eventMask: FileSystemEvent, queue: WorkQueue?, hub: InotifyHub = .shared) throws(EventSourceError) {
+    init(path: String, eventMask: FileSystemEvent, queue: WorkQueue, hub: InotifyHub) throws(EventSourceError) {
         let mask = eventMask.intersection(.all)
-        let label = (queue ?? WorkQueue.global()).label
+        let label = queue.label
         let subject = FileSystemErrors.subject(kind: "FileSystemObjectSource", queueLabel: label, path: path)
         let lease = try hub.acquire(path: path, subject: subject) {
             VnodeEventMapping.kernelMask(for: mask, isDirectory: $0)
@@ -67,26 +67,6 @@ public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol,
     /// The events seen since the handler last ran, within the mask (the typed `data`).
     public var events: FileSystemEvent {
         FileSystemEvent(rawValue: data & mask)
-    }
-}
-
-extension EventSource {
-    /// A source for the file or directory open as `fileDescriptor` (any open mode, O_PATH
-    /// too). The descriptor must stay open until the cancel handler ran. A descriptor that
-    /// is not open (or an object that cannot be watched) cancels the source at activation,
-    /// with the reason in `registrationError`.
-    public static func makeFileSystemObjectSource(fileDescriptor: Int32, eventMask: FileSystemEvent,
-                                                  queue: WorkQueue? = nil) -> FileSystemObjectSource {
-        FileSystemObjectSource(descriptor: fileDescriptor, eventMask: eventMask, queue: queue)
-    }
-
-    /// A source for the file or directory at `path` (symbolic links followed), opened and
-    /// watched at once: throws an `EventSourceError` naming the path and the system's
-    /// reason when it cannot be (no such file, no permission, the inotify limits — with the
-    /// sysctl to raise).
-    public static func makeFileSystemObjectSource(path: String, eventMask: FileSystemEvent,
-                                                  queue: WorkQueue? = nil) throws -> FileSystemObjectSource {
-        try FileSystemObjectSource(path: path, eventMask: eventMask, queue: queue)
     }
 }
 

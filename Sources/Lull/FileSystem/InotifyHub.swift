@@ -42,7 +42,6 @@ import Glibc
 /// section the table's invariants: each watch in it is live, has a lease and sits under its
 /// own descriptor; parent links go both ways; no watch is left without an instance.
 final class InotifyHub: Sendable {
-    static let shared = InotifyHub()
 
     /// Buffers of `bufferSize` bytes read per drain pass on the polling thread.
     static let drainBudget = 16
@@ -98,7 +97,16 @@ final class InotifyHub: Sendable {
     /// fs.inotify.max_user_watches (nil: only the kernel's limit).
     private let simulatedWatchLimit: Int?
 
-    init(registersWithReactor: Bool = true, simulatedWatchLimit: Int? = nil) {
+    /// The reactor the instance registers with, and the queues its jobs go to (a drain that
+    /// goes on, an idle instance's teardown).
+    private let reactor: Reactor
+    private let queues: QueueServices
+
+    /// A hub on `reactor`; a test's hub may leave its instance out of the reactor
+    /// (`registersWithReactor: false`: the test drains it) and simulate the watch limit.
+    init(reactor: Reactor, queues: QueueServices, registersWithReactor: Bool = true, simulatedWatchLimit: Int? = nil) {
+        self.reactor = reactor
+        self.queues = queues
         self.registersWithReactor = registersWithReactor
         self.simulatedWatchLimit = simulatedWatchLimit
     }
@@ -193,7 +201,7 @@ final class InotifyHub: Sendable {
         #if DEBUG
         assert(kernelOwner.load(ordering: .relaxed) != Self.currentThread, "a job queued with the inotify hub's kernel lock held")
         #endif
-        WorkQueue.global(qos: .utility).async { [self] in teardownIfIdle() }
+        queues.roots.global(.utility).async { [self] in teardownIfIdle() }
     }
 
     /// inotify_add_watch, or ENOSPC past the simulated limit.
@@ -369,7 +377,7 @@ final class InotifyHub: Sendable {
             if !complete {
                 // A storm: let the reactor go on and continue from a job.
                 FileSystemDiagnostics.recordContinuation()
-                WorkQueue.global().async { [self] in requestDrain() }
+                queues.roots.global(.default).async { [self] in requestDrain() }
                 return
             }
             if !drainRequested.load(ordering: .acquiring) { return }
@@ -613,7 +621,7 @@ final class InotifyHub: Sendable {
         let instance = InotifyInstance(descriptor: descriptor, mountTable: max(mountTable, -1))
         if registersWithReactor {
             do throws(ReactorError) {
-                try instance.register(hub: self)
+                try instance.register(hub: self, on: reactor)
             } catch {
                 instance.close()
                 throw EventSourceError(subject: subject, code: error.errno,
@@ -828,13 +836,13 @@ final class InotifyInstance: Sendable {
         self.mountTable = mountTable
     }
 
-    func register(hub: InotifyHub) throws(ReactorError) {
-        let events = try Runtime.shared.reactor.register(descriptor: descriptor, forWriting: false,
+    func register(hub: InotifyHub, on reactor: Reactor) throws(ReactorError) {
+        let events = try reactor.register(descriptor: descriptor, forWriting: false,
                                                  handler: InotifyReadable(hub: hub))
         registrations.locked { $0.append(events) }
         guard mountTable >= 0 else { return }
         do throws(ReactorError) {
-            let mounts = try Runtime.shared.reactor.register(descriptor: mountTable, forWriting: false,
+            let mounts = try reactor.register(descriptor: mountTable, forWriting: false,
                                                      handler: MountTableChanged(hub: hub, instance: self))
             registrations.locked { $0.append(mounts) }
         } catch {

@@ -50,7 +50,7 @@ final class TreeWatcherCore: InotifyObserver {
     private let control = Mutex<Control>(Control())
     private let tree = Tree()
 
-    init(path: String, latency: Duration, queue: WorkQueue?, hub: InotifyHub,
+    init(path: String, latency: Duration, queue: WorkQueue, hub: InotifyHub,
          walkHook: (@Sendable (String) -> Void)?) throws(EventSourceError) {
         var trimmed = RawPath(path)
         while trimmed.bytes.count > 1, trimmed.bytes.last == UInt8(ascii: "/") {
@@ -66,7 +66,7 @@ final class TreeWatcherCore: InotifyObserver {
         self.latency = latency
         self.hub = hub
         self.walkHook = walkHook
-        let target = queue ?? WorkQueue.global()
+        let target = queue
         subject = FileSystemErrors.subject(kind: "DirectoryTreeWatcher", queueLabel: target.label, path: root)
         var status = lull_object_status()
         let pin = trimmed.withCString { lull_open_object($0, 1) }

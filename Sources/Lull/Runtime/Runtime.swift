@@ -16,9 +16,12 @@ import Synchronization
 /// 3. the worker pool, given the reactor to poll and the engine to fire after each poll;
 ///    the reactor then gets the pool's poller requests (`PollerDemand`), the one link that
 ///    points back up, connected before anything can register;
-/// 4. the root queues (the global queues on the pool, the main queue on the main-thread
-///    runner);
-/// 5. the diagnostics socket, last, since it registers with the reactor.
+/// 4. the queue services (pool and engine) and the root queues on them (the global queues on
+///    the pool, the main queue on the main-thread runner);
+/// 5. the source services (the descriptor table with its open-file witness, the signal hub)
+///    and the inotify hub, on the reactor and the queues; none opens a descriptor before a
+///    source needs one;
+/// 6. the diagnostics socket, last, since it registers with the reactor.
 ///
 /// `Runtime.shared` is the process's runtime, with Dispatch's process-wide semantics: the
 /// public API's entry points (the files of this folder) use it, and only they do.
@@ -44,7 +47,10 @@ final class Runtime: Sendable {
     let reactor: Reactor
     let timers: TimerEngine
     let pool: WorkerPool
+    let queues: QueueServices
     let roots: RootQueues
+    let sources: SourceServices
+    let inotify: InotifyHub
     private let wallClockWatch: WallClockWatch
 
     private init() {
@@ -62,8 +68,21 @@ final class Runtime: Sendable {
         self.timers = timers
         self.pool = pool
         self.wallClockWatch = wallClockWatch
-        roots = RootQueues(pool: pool, mainThread: MainThreadRunner())
+        let queues = QueueServices(pool: pool, timers: timers)
+        let roots = RootQueues(services: queues, mainThread: MainThreadRunner())
+        queues.connect(roots)
+        self.queues = queues
+        self.roots = roots
+        sources = SourceServices(reactor: reactor)
+        inotify = InotifyHub(reactor: reactor, queues: queues)
         reactor.listenForDiagnostics()
+    }
+}
+
+extension Runtime {
+    /// The queue a public entry point was given, or the default-QoS global queue for nil.
+    func queue(_ given: WorkQueue?) -> WorkQueue {
+        given ?? roots.global(.default)
     }
 }
 

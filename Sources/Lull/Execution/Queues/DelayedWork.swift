@@ -41,3 +41,34 @@ enum DelayedWork {
         timers.schedule(CallbackEntry(isHousekeeping: true, action), deadline: deadline, leeway: 0)
     }
 }
+
+extension WorkQueue {
+    /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
+    /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
+    /// execution context; to carry the current one, submit a `WorkItem` made with
+    /// `.assignCurrentContext`. `file` and `line` name its timer in wake-up diagnostics.
+    public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line), timers: services.timers)
+    }
+
+    /// Submits `work` to run once the wall clock reaches `wallDeadline` (it follows changes
+    /// of the system date), within a leeway of 10% of the delay. `file` and `line` name its
+    /// timer in wake-up diagnostics.
+    public func asyncAfter(wallDeadline: WallDeadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
+                           execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: wallDeadline,
+                             site: TimerSite(file: file, line: line), timers: services.timers)
+    }
+
+    /// Submits `workItem` to run once `deadline` (monotonic clock) has passed, within a
+    /// leeway of 10% of the delay. `file` and `line` name its timer in wake-up diagnostics.
+    public func asyncAfter(deadline: Deadline, execute workItem: WorkItem,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        DelayedWork.schedule(makeDelayedJob(for: workItem), on: self, at: deadline,
+                             site: TimerSite(file: file, line: line), timers: services.timers)
+    }
+}

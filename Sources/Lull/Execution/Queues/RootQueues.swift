@@ -7,13 +7,14 @@ final class RootQueues: Sendable {
     let main: WorkQueue
     let mainThread: MainThreadRunner
 
-    init(pool: any RootExecutor, mainThread: MainThreadRunner) {
+    init(services: QueueServices, mainThread: MainThreadRunner) {
         globals = QoS.QoSClass.schedulable.map { qosClass in
-            WorkQueue(rootLabel: "lull.global.\(qosClass.name)", kind: .root(qosClass), qos: QoS(qosClass), executor: pool)
+            WorkQueue(rootLabel: "lull.global.\(qosClass.name)", kind: .root(qosClass), qos: QoS(qosClass),
+                      executor: services.pool, services: services)
         }
         self.mainThread = mainThread
         mainThreadRoot = WorkQueue(rootLabel: "lull.main-thread", kind: .mainThread, qos: .userInteractive,
-                                   executor: mainThread)
+                                   executor: mainThread, services: services)
         main = WorkQueue(label: "lull.main", qos: .unspecified, attributes: [], resolvedTarget: mainThreadRoot)
     }
 

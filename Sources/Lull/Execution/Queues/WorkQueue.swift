@@ -37,6 +37,9 @@ public final class WorkQueue: Sendable {
     /// Where a root queue's jobs go (the worker pool, or the main thread's runner); nil for
     /// the others, which drain through their target.
     let rootExecutor: (any RootExecutor)?
+    /// The runtime's parts this queue's hierarchy uses (its target's, for a queue that is not
+    /// a root). They outlive every queue: the runtime lives as long as the process.
+    unowned let services: QueueServices
     /// A root queue (a global queue or the main thread's): a static that lives as long as
     /// the process, so that what points at it need not count (see `SourceCore.target`).
     var livesForever: Bool {
@@ -62,6 +65,7 @@ public final class WorkQueue: Sendable {
         self.qos = qos
         self.kind = attributes.contains(.concurrent) ? .concurrent : .serial
         rootExecutor = nil
+        services = resolvedTarget.services
         let inactive = attributes.contains(.initiallyInactive)
         state = SpinFutexLock(QueueState(target: resolvedTarget, isInactive: inactive,
                                  floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)), rank: .queue)
@@ -69,11 +73,12 @@ public final class WorkQueue: Sendable {
     }
 
     /// A root queue whose jobs go to `executor`.
-    init(rootLabel: String, kind: Kind, qos: QoS, executor: any RootExecutor) {
+    init(rootLabel: String, kind: Kind, qos: QoS, executor: any RootExecutor, services: QueueServices) {
         self.label = rootLabel
         self.qos = qos
         self.kind = kind
         rootExecutor = executor
+        self.services = services
         state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified), rank: .queue)
     }
 
@@ -264,8 +269,18 @@ public final class WorkQueue: Sendable {
         WorkQueue.post(request)
     }
 
-    /// Makes `newTarget` the target (see the public `setTarget(queue:)`).
-    func retarget(to newTarget: WorkQueue) {
+    /// Makes `queue` (nil: the default global queue for this queue's QoS) the target.
+    /// Blocks already handed to the old target finish there; later ones go to the new one.
+    /// - Precondition: no cycle, and not on a global queue.
+    public func setTarget(queue: WorkQueue?) {
+        let roots = services.roots
+        guard !isGlobal, kind != .mainThread, self !== roots.main else {
+            lullFatal("setTarget(queue:) on the global or main queue '\(label)' is not allowed")
+        }
+        retarget(to: queue ?? roots.defaultTarget(for: qos))
+    }
+
+    private func retarget(to newTarget: WorkQueue) {
         var ancestor: WorkQueue? = newTarget
         while let current = ancestor {
             if current === self {
