@@ -101,8 +101,11 @@ final class DescriptorMux: Sendable {
     }
 
     private let state: Mutex<State>
+    /// The reactor the mux's events are in.
+    private let reactor: Reactor
 
-    init(descriptor: Int32, file: UInt64, witnessed: Bool, predecessor: DescriptorMux?) {
+    init(descriptor: Int32, file: UInt64, witnessed: Bool, predecessor: DescriptorMux?, reactor: Reactor) {
+        self.reactor = reactor
         self.descriptor = descriptor
         self.file = file
         self.witnessed = witnessed
@@ -129,10 +132,10 @@ final class DescriptorMux: Sendable {
             guard !state.closed else { return false }
             assert(state.predecessor == nil, "descriptor \(descriptor): attached before its predecessor was retired")
             if state[writing: writing].event == nil {
-                state[writing: writing].event = EventHandle(pointer: try Runtime.shared.reactor.addEvent(
+                state[writing: writing].event = EventHandle(pointer: try reactor.addEvent(
                     descriptor: descriptor, forWriting: writing, oneShot: false,
                     callback: muxEventCallback, context: context))
-                Runtime.shared.reactor.addInterest()
+                reactor.addInterest()
             }
             state[writing: writing].add(Attached(driver: driver, core: core))
             return true
@@ -153,8 +156,8 @@ final class DescriptorMux: Sendable {
         }
         if let unused {
             // Uncounted first: the interest never counts an event libevent no longer has.
-            Runtime.shared.reactor.removeInterest()
-            Runtime.shared.reactor.removeEvent(unused.pointer)
+            reactor.removeInterest()
+            reactor.removeEvent(unused.pointer)
         }
         return empty
     }
@@ -182,8 +185,8 @@ final class DescriptorMux: Sendable {
             return sources
         }
         for event in events {
-            Runtime.shared.reactor.removeInterest()
-            Runtime.shared.reactor.removeEvent(event.pointer)
+            reactor.removeInterest()
+            reactor.removeEvent(event.pointer)
         }
         return sources
     }
@@ -251,7 +254,7 @@ final class DescriptorTable: Sendable {
                     verdict = witness.enroll(descriptor)
                 }
                 let fresh = DescriptorMux(descriptor: descriptor, file: file, witnessed: verdict != .unverifiable,
-                                          predecessor: current)
+                                          predecessor: current, reactor: reactor)
                 muxes[index] = fresh
                 return fresh
             }

@@ -77,8 +77,9 @@ final class TreeWatcherCore: InotifyObserver {
         guard status.is_directory != 0 else {
             throw EventSourceError(subject: subject, code: ENOTDIR, reason: String(cString: strerror(ENOTDIR)))
         }
-        processing = WorkQueue(label: "lull.directory-tree-watcher", attributes: .initiallyInactive, target: target)
-        timer = EventSource.makeTimerSource(queue: processing)
+        processing = WorkQueue(label: "lull.directory-tree-watcher", qos: .unspecified, attributes: .initiallyInactive,
+                               resolvedTarget: target)
+        timer = TimerSource(flags: [], queue: processing, site: TimerSite(file: #fileID, line: #line))
     }
 
     var isCancelled: Bool { control.locked { $0.cancelled } }

@@ -104,25 +104,6 @@ struct LeewayCode {
     }
 }
 
-/// A delayed block (`asyncAfter`): goes to its queue when fired.
-final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
-    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
-    let queue: WorkQueue
-    let job: Job
-    /// Where the block was submitted, recorded only while diagnostics are on.
-    let origin: DelayedWorkOrigin?
-
-    init(queue: WorkQueue, job: Job, origin: DelayedWorkOrigin?) {
-        self.queue = queue
-        self.job = job
-        self.origin = origin
-    }
-
-    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
-        queue.enqueue(job)
-    }
-}
-
 /// A callback that runs on the polling thread itself, which must not block: runtime
 /// housekeeping (and tests of the engine).
 final class CallbackEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule

@@ -42,6 +42,25 @@ enum DelayedWork {
     }
 }
 
+/// A delayed block (`asyncAfter`): goes to its queue when fired.
+final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapFields` follows `TimerEntry`'s rule
+    @exclusivity(unchecked) var heapFields = TimerHeapFields()  // the engine's lock keeps accesses apart
+    let queue: WorkQueue
+    let job: Job
+    /// Where the block was submitted, recorded only while diagnostics are on.
+    let origin: DelayedWorkOrigin?
+
+    init(queue: WorkQueue, job: Job, origin: DelayedWorkOrigin?) {
+        self.queue = queue
+        self.job = job
+        self.origin = origin
+    }
+
+    func fired(sequence: UInt32, deadline: UInt64, now: UInt64) {
+        queue.enqueue(job)
+    }
+}
+
 extension WorkQueue {
     /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
     /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
