@@ -67,7 +67,7 @@ enum ControlSocket {
             close(descriptor)
             return
         }
-        listener.locked { state in
+        listener.locked(ranked: .diagnosticsListener) { state in
             state.event = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(event)))
             state.watch = watch
         }
@@ -80,7 +80,7 @@ enum ControlSocket {
     /// lock reads the latest interest, so concurrent changes cannot leave the listener in
     /// the set of a reactor nobody polls.
     static func pollingMayHaveChanged(isPolled: () -> Bool) {
-        listener.locked { state in
+        listener.locked(ranked: .diagnosticsListener) { state in
             guard let event = OpaquePointer(bitPattern: state.event) else { return }
             let wanted = isPolled()
             guard wanted != state.added else { return }
@@ -111,7 +111,7 @@ enum ControlSocket {
                 }
                 return
             }
-            guard peerIsTrusted(connection), let watch = listener.locked({ $0.watch }) else {
+            guard peerIsTrusted(connection), let watch = listener.locked(ranked: .diagnosticsListener, { $0.watch }) else {
                 close(connection)
                 continue
             }

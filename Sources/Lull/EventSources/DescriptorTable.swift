@@ -116,7 +116,7 @@ final class DescriptorMux: Sendable {
     /// reactor before any of this mux's are added (libevent would otherwise take the new
     /// event for one it registered already). Returns its sources, for the caller to cancel.
     func retirePredecessor() -> [Attached] {
-        state.locked { state -> [Attached] in
+        state.locked(ranked: .descriptorMux) { state -> [Attached] in
             guard let predecessor = state.predecessor else { return [] }
             state.predecessor = nil
             return predecessor.retire()
@@ -128,7 +128,7 @@ final class DescriptorMux: Sendable {
     func attach(_ driver: DescriptorDriver, core: SourceCore) throws(ReactorError) -> Bool {
         let context = Unmanaged.passUnretained(self).toOpaque()
         let writing = driver.forWriting
-        return try state.locked { state throws(ReactorError) -> Bool in
+        return try state.locked(ranked: .descriptorMux) { state throws(ReactorError) -> Bool in
             guard !state.closed else { return false }
             assert(state.predecessor == nil, "descriptor \(descriptor): attached before its predecessor was retired")
             if state[writing: writing].event == nil {
@@ -147,7 +147,7 @@ final class DescriptorMux: Sendable {
     func detach(_ driver: DescriptorDriver) -> Bool {
         let writing = driver.forWriting
         var unused: EventHandle?
-        let empty = state.locked { state -> Bool in
+        let empty = state.locked(ranked: .descriptorMux) { state -> Bool in
             if state[writing: writing].remove(driver), state[writing: writing].isEmpty {
                 unused = state[writing: writing].event
                 state[writing: writing].event = nil
@@ -164,7 +164,7 @@ final class DescriptorMux: Sendable {
 
     /// Closes the mux if it has no source (under the table's lock, which drops it then).
     func closeIfEmpty() -> Bool {
-        state.locked { state -> Bool in
+        state.locked(ranked: .descriptorMux) { state -> Bool in
             guard state.readers.isEmpty && state.writers.isEmpty else { return false }
             state.closed = true
             return true
@@ -175,7 +175,7 @@ final class DescriptorMux: Sendable {
     /// and return the sources still attached (the caller cancels them).
     private func retire() -> [Attached] {
         var events: [EventHandle] = []
-        let sources = state.locked { state -> [Attached] in
+        let sources = state.locked(ranked: .descriptorMux) { state -> [Attached] in
             var sources: [Attached] = []
             state.readers.forEach { sources.append($0) }
             state.writers.forEach { sources.append($0) }
@@ -193,7 +193,7 @@ final class DescriptorMux: Sendable {
 
     /// On the polling thread: readiness of one direction.
     fileprivate func fired(readable: Bool) {
-        state.locked { state in
+        state.locked(ranked: .descriptorMux) { state in
             if readable {
                 state.readers.forEach { $0.driver.readinessReported(to: $0.core) }
             } else {
@@ -238,7 +238,7 @@ final class DescriptorTable: Sendable {
         let index = Int(descriptor)
         let file = identity.folded
         while true {
-            let mux = muxes.locked { muxes -> DescriptorMux in
+            let mux = muxes.locked(ranked: .descriptorTable) { muxes -> DescriptorMux in
                 if index >= muxes.count {
                     muxes.append(contentsOf: repeatElement(nil, count: max(index + 1 - muxes.count, muxes.count)))
                 }
@@ -276,7 +276,7 @@ final class DescriptorTable: Sendable {
     func release(_ mux: DescriptorMux, ifEmptyAfter driver: DescriptorDriver) {
         guard mux.detach(driver) else { return }
         let index = Int(mux.descriptor)
-        muxes.locked { muxes in
+        muxes.locked(ranked: .descriptorTable) { muxes in
             guard index < muxes.count, muxes[index] === mux, mux.closeIfEmpty() else { return }
             muxes[index] = nil
             witness.withdraw(mux.descriptor)

@@ -108,7 +108,7 @@ final class SignalHub: ReactorEventHandler {
         if let reason = SignalHub.invalidReason(signal) {
             return EventSourceError(subject: subject, code: EINVAL, reason: reason)
         }
-        return state.locked { state -> (any Error)? in
+        return state.locked(ranked: .signalHub) { state -> (any Error)? in
             if state.notifyDescriptor < 0 {
                 let descriptor: Int32
                 do throws(SystemError) {
@@ -142,7 +142,7 @@ final class SignalHub: ReactorEventHandler {
     }
 
     func remove(_ core: SourceCore, signal: Int32) {
-        state.locked { state in
+        state.locked(ranked: .signalHub) { state in
             guard var cores = state.sources[signal] else { return }
             assert(!cores.isEmpty, "SignalHub: signal \(signal) has an empty source list")
             cores.removeAll { $0 === core }
@@ -162,7 +162,7 @@ final class SignalHub: ReactorEventHandler {
 
     /// On the polling thread: the eventfd was written by the forwarder.
     func reactorEvent(readable: Bool, writable: Bool) {
-        let (descriptor, watched) = state.locked { ($0.notifyDescriptor, $0.sources) }
+        let (descriptor, watched) = state.locked(ranked: .signalHub) { ($0.notifyDescriptor, $0.sources) }
         lull_eventfd_drain(descriptor)
         for (signal, cores) in watched {
             assert(!cores.isEmpty, "SignalHub: signal \(signal) has an empty source list")

@@ -194,7 +194,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// The locked state, for a kind that keeps its own state under the core's lock.
     @inline(__always)
     func withState<R>(_ body: (inout sending State) -> sending R) -> sending R {
-        state.locked(body)
+        state.locked(ranked: .sourceCore, body)
     }
 
     /// The extras box, made on first use (under the lock).
@@ -220,7 +220,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         // The replaced handler comes back in `swapped` and is released after the lock: it
         // may hold the last reference to the source, whose deinit takes the lock again.
         var swapped = consume handler
-        state.locked { state in
+        state.locked(ranked: .sourceCore) { state in
             switch slot {
             case .event:
                 swap(&state.eventHandler, &swapped)
@@ -239,7 +239,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     func activate() {
         let kind = self.kind
-        let (first, registersOutside, failed, decides) = state.locked { state -> (Bool, Bool, Bool, Bool) in
+        let (first, registersOutside, failed, decides) = state.locked(ranked: .sourceCore) { state -> (Bool, Bool, Bool, Bool) in
             if state.flags.contains(.activated) { return (false, false, false, false) }
             state.flags.insert(.activated)
             // No registration handler, no job: activating a source costs no hand-off.
@@ -300,7 +300,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     /// The registering thread, when `kind.register` returned outside the lock.
     private func finishRegistering(_ kind: any SourceKind, _ error: (any Error)?) {
-        switch state.locked({ registrationReturned(error, &$0) }) {
+        switch state.locked(ranked: .sourceCore, { registrationReturned(error, &$0) }) {
         case .registered:
             break
         case .unregisters:
@@ -314,7 +314,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// unregistering; the caller decides next.
     private func finishUnregistering(_ kind: any SourceKind) {
         kind.unregister(self)
-        state.locked { state in
+        state.locked(ranked: .sourceCore) { state in
             assert(state.phase == .unregistering, "\(name): unregistration finished in phase \(state.phase)")
             state.enter(.unregistered)
         }
@@ -347,11 +347,11 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     func suspend() {
-        state.locked { $0.suspendCount += 1 }
+        state.locked(ranked: .sourceCore) { $0.suspendCount += 1 }
     }
 
     func resume() {
-        let activateNow = state.locked { state -> Bool in
+        let activateNow = state.locked(ranked: .sourceCore) { state -> Bool in
             if state.suspendCount == 0 {
                 if !state.flags.contains(.activated) { return true }
                 lullFatal("over-resume of \(name): resume() without a matching suspend()")
@@ -370,7 +370,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let kind = self.kind
         guard kind.registersUnderLock else {
-            if state.locked({ cancelRegistration(kind, &$0) }) { finishUnregistering(kind) }
+            if state.locked(ranked: .sourceCore, { cancelRegistration(kind, &$0) }) { finishUnregistering(kind) }
             changed()
             return
         }
@@ -385,7 +385,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         // This thread decides what runs next: the unregistration and the decision share one
         // lock round trip (cancelling is most of a timeout's life).
         let seen = changes.load(ordering: .acquiring)
-        let decided = state.locked { state -> (Step, QoS)? in
+        let decided = state.locked(ranked: .sourceCore) { state -> (Step, QoS)? in
             _ = cancelRegistration(kind, &state)
             return nextStep(&state)
         }
@@ -400,7 +400,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         // were settled when the step was, and nothing decides after it.
         if isCancelled && postedStep.load(ordering: .acquiring) == Step.cancellation.rawValue { return }
         cancel()
-        let activated = state.locked { state -> Bool in
+        let activated = state.locked(ranked: .sourceCore) { state -> Bool in
             state.suspendCount = 0
             return state.flags.contains(.activated)
         }
@@ -410,11 +410,11 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
     var data: UInt { delivered.load(ordering: .acquiring) }
-    var registrationError: (any Error)? { state.locked { _ in extras?.registrationError } }
+    var registrationError: (any Error)? { state.locked(ranked: .sourceCore) { _ in extras?.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
     func fail(_ error: any Error) {
-        state.locked { record(error, &$0) }
+        state.locked(ranked: .sourceCore) { record(error, &$0) }
         cancel()
     }
 
@@ -471,7 +471,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            if post(state.locked { state -> (Step, QoS)? in nextStep(&state) }, seen: seen) { return }
+            if post(state.locked(ranked: .sourceCore) { state -> (Step, QoS)? in nextStep(&state) }, seen: seen) { return }
         }
     }
 
@@ -539,13 +539,13 @@ class SourceCore: PostedWork, @unchecked Sendable {
         // job is done. Nothing but the cancellation runs after the cancel step was decided.
         assert(scheduled.load(ordering: .acquiring), "\(name): a job ran without the token")
         #if DEBUG
-        let (phase, cancelDecided) = state.locked { ($0.phase, $0.flags.contains(.cancelHandlerDelivered)) }
+        let (phase, cancelDecided) = state.locked(ranked: .sourceCore) { ($0.phase, $0.flags.contains(.cancelHandlerDelivered)) }
         assert(cancelDecided == (step == .cancellation), "\(name): \(step) step with the cancel step decided: \(cancelDecided)")
         assert(step != .cancellation || phase == .unregistered, "\(name): cancel step in phase \(phase)")
         #endif
         switch step {
         case .registration:
-            if !isCancelled, let handler = state.locked({ _ in extras?.registrationHandler }) {
+            if !isCancelled, let handler = state.locked(ranked: .sourceCore, { _ in extras?.registrationHandler }) {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
@@ -568,7 +568,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         let kind = self.kind
         guard let value = kind.dataForDelivery(self, merged: merged) else { return }
         // Events that arrive while no handler is set are dropped.
-        guard let handler = state.locked({ $0.eventHandler }) else { return }
+        guard let handler = state.locked(ranked: .sourceCore, { $0.eventHandler }) else { return }
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
         if !isCancelled { kind.handlerReturned(self) }
@@ -576,7 +576,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     private func finishCancellation() {
         // Handlers leave the state under the lock but are released after it (see setHandler).
-        var released = state.locked { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
+        var released = state.locked(ranked: .sourceCore) { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
             defer {
                 state.eventHandler = nil
                 extras?.cancelHandler = nil

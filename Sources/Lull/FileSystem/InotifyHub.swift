@@ -114,7 +114,7 @@ final class InotifyHub: Sendable {
     // MARK: The two locks
 
     private func withState<Result, E: Error>(_ body: (inout State) throws(E) -> sending Result) throws(E) -> sending Result {
-        try state.locked { (state: inout sending State) throws(E) -> sending Result in
+        try state.locked(ranked: .inotifyState) { (state: inout sending State) throws(E) -> sending Result in
             #if DEBUG
             stateOwner.store(Self.currentThread, ordering: .relaxed)
             defer {
@@ -128,7 +128,7 @@ final class InotifyHub: Sendable {
 
     private func withKernel<Result, E: Error>(_ body: () throws(E) -> sending Result) throws(E) -> sending Result {
         assertOutsideState()
-        return try kernel.locked { (_: inout sending Void) throws(E) -> sending Result in
+        return try kernel.locked(ranked: .inotifyKernel) { (_: inout sending Void) throws(E) -> sending Result in
             #if DEBUG
             kernelOwner.store(Self.currentThread, ordering: .relaxed)
             defer { kernelOwner.store(0, ordering: .relaxed) }

@@ -26,20 +26,29 @@ import Synchronization
 /// `Runtime.shared` is the process's runtime, with Dispatch's process-wide semantics: the
 /// public API's entry points (the files of this folder) use it, and only they do.
 ///
-/// Lock order (a thread holding one may take only those after it; debug builds check it,
-/// see `LockOrder`):
+/// Lock order: a thread that holds one of these locks takes only locks further down the
+/// list (`LockRank` assigns the ranks; debug builds assert the order at every acquisition):
 ///
-///     queue state (SpinFutexLock, one per queue)
-///       < source core state (Mutex, one per source)
-///       < descriptor mux (Mutex) < inotify hub / tree watcher (Mutex)
-///       < timer engine (SpinFutexLock)
-///       < worker class pool (Mutex, one per QoS class)
-///       < reactor timer (Mutex) < diagnostics listener (Mutex)
-///       < libevent's base lock (inside libevent)
+///     descriptor table (Mutex)
+///     descriptor mux (Mutex; a new mux holds its lock while it retires its predecessor's)
+///     signal hub (Mutex)
+///     inotify hub: kernel, then state (Mutexes)
+///     source core (Mutex, one per source)
+///     queue (SpinFutexLock, one per queue; a queue's lock may be held while its target's is taken)
+///     timer engine (SpinFutexLock)
+///     reactor timer (Mutex)
+///     worker class (SpinFutexLock, one per QoS class)
+///     diagnostics listener (Mutex)
+///     libevent's base lock (inside libevent)
 ///
-/// No system call and no thread creation happens under a spin lock: the timer engine and
-/// the pool decide under their locks and act after them. The reactor's timer lock is held
-/// across `timerfd_settime` and `event_add`; it is a sleeping lock and the innermost of ours.
+/// No system call and no thread creation happens under a spin lock: the queues, the timer
+/// engine and the pool decide under their locks and act after them (the engine arms the
+/// reactor after its lock, ordered by generations). The reactor's timer lock is held across
+/// `timerfd_settime` and `event_add`: a sleeping lock, the last of ours, it keeps the armed
+/// window and the kernel's timer in step. The descriptor table and muxes, the signal hub and
+/// the inotify hub's kernel lock are sleeping locks held across the `epoll_ctl`, `sigaction`
+/// and `inotify_add_watch` calls whose results they record (docs/EventSources.md and
+/// docs/FileSystem.md say why each must).
 final class Runtime: Sendable {
     /// The process's runtime, built on first use.
     static let shared = Runtime()

@@ -3,27 +3,40 @@ import Glibc
 #endif
 
 /// The runtime's lock order, checked in debug builds: a thread that holds a ranked lock may
-/// take only ranked locks of a higher rank (queues, whose locks nest from a child to its
-/// target, may also take one of the same rank). `Runtime` documents the order; a lock that
+/// take only ranked locks of a higher rank. Two ranks nest in themselves, each in one
+/// direction only: a queue's lock may be held while its target's is taken (never the
+/// reverse: targets form no cycle), and a descriptor's new mux holds its lock while it
+/// retires the mux it replaced (a retired mux never takes another's). `Runtime` documents the order; a lock that
 /// breaks it stops a debug build at once, naming both locks. Release builds check nothing
 /// and pay nothing.
 enum LockRank: Int, Comparable, Sendable {
-    /// A queue's state (SpinFutexLock).
-    case queue = 10
+    /// The descriptor table (Mutex).
+    case descriptorTable = 10
+    /// A descriptor's mux (Mutex): reactor callbacks merge into its sources under it.
+    case descriptorMux = 12
+    /// The signal hub (Mutex): its callback merges counts into sources under it.
+    case signalHub = 14
+    /// The inotify hub's kernel lock and its state lock (Mutexes).
+    case inotifyKernel = 16
+    case inotifyState = 17
     /// A source core's state (Mutex).
     case sourceCore = 20
+    /// A queue's state (SpinFutexLock).
+    case queue = 30
     /// The timer engine's state (SpinFutexLock).
     case timerEngine = 40
     /// The reactor's timer state (Mutex).
     case reactorTimer = 50
     /// A worker class's state (SpinFutexLock).
     case workerClass = 60
+    /// The diagnostics socket's listener (Mutex).
+    case diagnosticsListener = 70
 
     static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
 
     /// Whether a thread holding `self` may take a lock of rank `next`.
     func allows(_ next: LockRank) -> Bool {
-        self < next || (self == next && self == .queue)
+        self < next || (self == next && (self == .queue || self == .descriptorMux))
     }
 }
 
