@@ -59,7 +59,10 @@ final class ThreadPriorityControl: Sendable {
 
     /// Replaces one override by another (either may be `unspecified`: none); the thread
     /// runs at the highest override in force until each is taken back.
-    func replaceOverride(_ old: QoS.QoSClass, with new: QoS.QoSClass) {
+    ///
+    /// With `applyingNice: false` the counts change now and the nice value waits for
+    /// `applyNice()`: a caller under a spin lock (a queue's) makes no system call there.
+    func replaceOverride(_ old: QoS.QoSClass, with new: QoS.QoSClass, applyingNice: Bool = true) {
         guard old != new else { return }
         state.locked { state in
             assert(old == .unspecified || state.overrides[old.rank] > 0,
@@ -68,8 +71,14 @@ final class ThreadPriorityControl: Sendable {
             if new != .unspecified { state.overrides[new.rank] += 1 }
             let highest = state.overrides.lastIndex { $0 > 0 } ?? 0
             highestOverrideRank.store(highest, ordering: .relaxed)
-            apply(&state)
+            if applyingNice { apply(&state) }
         }
+    }
+
+    /// Moves the nice value to what the counts ask for now (after `replaceOverride` with
+    /// `applyingNice: false`, once the caller's spin lock is released).
+    func applyNice() {
+        state.locked { apply(&$0) }
     }
 
     /// True while any override is in force (debug checks: a worker that goes idle has had
@@ -84,6 +93,9 @@ final class ThreadPriorityControl: Sendable {
         let highest = highestOverrideRank.load(ordering: .relaxed)
         let target = highest > state.own.qosClass.rank ? QoS(QoS.QoSClass.byRank[highest]) : state.own
         let wanted = ThreadPriority.niceValue(for: target)
+        #if DEBUG
+        if wanted != state.appliedNice { LockOrder.assertNoSpinLockHeld("setpriority") }
+        #endif
         if wanted != state.appliedNice && ThreadPriority.canRaise && lull_set_thread_nice(tid, wanted) == 0 {
             state.appliedNice = wanted
         }

@@ -34,6 +34,14 @@ enum LockRank: Int, Comparable, Sendable {
 
     static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
 
+    /// A spin lock's rank: no system call and no thread creation while one is held.
+    var isSpinLock: Bool {
+        switch self {
+        case .queue, .timerEngine, .workerClass: true
+        default: false
+        }
+    }
+
     /// Whether a thread holding `self` may take a lock of rank `next`.
     func allows(_ next: LockRank) -> Bool {
         self < next || (self == next && (self == .queue || self == .descriptorMux))
@@ -72,6 +80,13 @@ enum LockOrder {
             assert(innermost.allows(rank), "Lull: lock order broken: \(rank) taken while holding \(innermost)")
         }
         held.ranks.append(rank)
+    }
+
+    /// Asserts that the calling thread holds no spin lock: it is about to make `call`.
+    static func assertNoSpinLockHeld(_ call: StaticString) {
+        if let spin = held.ranks.last(where: \.isSpinLock) {
+            assertionFailure("Lull: \(call) while holding the \(spin) spin lock")
+        }
     }
 
     static func didRelease(_ rank: LockRank) {

@@ -7,6 +7,8 @@ import Glibc
 /// errno). An interrupted call (EINTR) is made again; any other failure comes back as a
 /// `SystemError` that names the call.
 ///
+/// Debug builds assert that no spin lock is held (see `LockRank`).
+///
 /// Not for calls that must not be repeated after EINTR (`close`): those are made directly
 /// and their failure is documented where they are.
 enum Syscall {
@@ -15,6 +17,9 @@ enum Syscall {
     static func shim<Result: FixedWidthInteger & SignedInteger>(
         _ call: StaticString, _ body: () -> Result
     ) throws(SystemError) -> Result {
+        #if DEBUG
+        LockOrder.assertNoSpinLockHeld(call)
+        #endif
         while true {
             let result = body()
             if result >= 0 { return result }
@@ -42,6 +47,9 @@ enum Syscall {
     static func posix<Result: FixedWidthInteger & SignedInteger>(
         _ call: StaticString, _ body: () -> Result
     ) throws(SystemError) -> Result {
+        #if DEBUG
+        LockOrder.assertNoSpinLockHeld(call)
+        #endif
         while true {
             let result = body()
             if result != -1 { return result }

@@ -37,6 +37,10 @@ struct QueueState: Sendable {
     /// another thread reads it here.
     var owner: Unmanaged<ThreadPriorityControl>?
     var ownerOverride: QoS.QoSClass = .unspecified
+    /// Threads whose override counts changed in this lock section: their nice values are
+    /// applied once the queue's lock is released (`QueueLock`), retained until then. One
+    /// section changes at most two (the owner it lets go, the owner it raises).
+    var deferredNice: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) = (nil, nil)
     /// The least class a draining owner runs every block ahead of a new one at (the highest
     /// class among the rest of its batch): a new block up to that class needs no override.
     var ownerLevel: QoS.QoSClass = .unspecified
@@ -59,8 +63,7 @@ struct QueueState: Sendable {
         if qosClass > pendingMaxClass { pendingMaxClass = qosClass }
         pendingMarks.note(qosClass, at: index)
         if qosClass > ownerOverride, qosClass > ownerLevel, isOwned, let owner {
-            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: qosClass)
-            ownerOverride = qosClass
+            changeOverride(on: owner, with: qosClass)
         }
     }
 
@@ -75,8 +78,30 @@ struct QueueState: Sendable {
     }
 
     private mutating func dropOwnerOverride() {
-        owner?.takeUnretainedValue().replaceOverride(ownerOverride, with: .unspecified)
+        if let owner { changeOverride(on: owner, with: .unspecified) }
         ownerOverride = .unspecified
+    }
+
+    /// Replaces this queue's override on `owner` by `new`: the counts now, the nice value
+    /// after the lock (`deferredNice`).
+    private mutating func changeOverride(on owner: Unmanaged<ThreadPriorityControl>, with new: QoS.QoSClass) {
+        owner.takeUnretainedValue().replaceOverride(ownerOverride, with: new, applyingNice: false)
+        ownerOverride = new
+        let control = owner.takeUnretainedValue()
+        if deferredNice.0?.takeUnretainedValue() === control || deferredNice.1?.takeUnretainedValue() === control { return }
+        if deferredNice.0 == nil {
+            deferredNice.0 = owner.retain()
+        } else if deferredNice.1 == nil {
+            deferredNice.1 = owner.retain()
+        } else {
+            lullFatal("a queue's lock section changed the overrides of more than two threads")
+        }
+    }
+
+    /// The threads whose nice values wait to be applied, taken out of the state.
+    mutating func takeDeferredNice() -> (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) {
+        defer { deferredNice = (nil, nil) }
+        return deferredNice
     }
 
     /// The draining owner's level fell (it ran the most important block of its batch):
@@ -85,8 +110,7 @@ struct QueueState: Sendable {
     mutating func ownerLevelFell(to level: QoS.QoSClass) {
         ownerLevel = level
         if pendingMaxClass > level && pendingMaxClass > ownerOverride, let owner {
-            owner.takeUnretainedValue().replaceOverride(ownerOverride, with: pendingMaxClass)
-            ownerOverride = pendingMaxClass
+            changeOverride(on: owner, with: pendingMaxClass)
         }
     }
 

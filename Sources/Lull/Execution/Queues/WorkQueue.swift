@@ -48,7 +48,7 @@ public final class WorkQueue: Sendable {
         case .serial, .concurrent: false
         }
     }
-    let state: SpinFutexLock<QueueState>
+    let state: QueueLock
     /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
     let pausedCount = Atomic<Int>(0)
     /// Concurrent: blocks forwarded straight to the global target that have not finished.
@@ -67,8 +67,8 @@ public final class WorkQueue: Sendable {
         rootExecutor = nil
         services = resolvedTarget.services
         let inactive = attributes.contains(.initiallyInactive)
-        state = SpinFutexLock(QueueState(target: resolvedTarget, isInactive: inactive,
-                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)), rank: .queue)
+        state = QueueLock(QueueState(target: resolvedTarget, isInactive: inactive,
+                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
 
@@ -79,7 +79,7 @@ public final class WorkQueue: Sendable {
         self.kind = kind
         rootExecutor = executor
         self.services = services
-        state = SpinFutexLock(QueueState(target: nil, isInactive: false, floor: .unspecified), rank: .queue)
+        state = QueueLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
     }
 
     /// Rule 1 of QoS resolution: the queue's own QoS, else a global target's unless it is

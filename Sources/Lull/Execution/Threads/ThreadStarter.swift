@@ -52,6 +52,9 @@ final class ThreadStarter: Sendable {
         pthread_attr_init(&attributes)
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         let context = Unmanaged.passRetained(starter).toOpaque()
+        #if DEBUG
+        LockOrder.assertNoSpinLockHeld("pthread_create")
+        #endif
         let result = lull_pthread_create(&thread, &attributes, { context in
             Unmanaged<ThreadStarter>.fromOpaque(context!).takeRetainedValue().run()
             return nil

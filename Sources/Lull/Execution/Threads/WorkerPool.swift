@@ -280,6 +280,9 @@ final class WorkerPool: Sendable {
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        #if DEBUG
+        LockOrder.assertNoSpinLockHeld("pthread_create")
+        #endif
         let result = lull_pthread_create(&thread, &attributes, { context in
             let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
             worker.owner.workerMain(worker)

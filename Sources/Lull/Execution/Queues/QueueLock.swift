@@ -1,0 +1,44 @@
+/// A queue's lock: a spin lock around its `QueueState`, after which the nice values that the
+/// section's QoS overrides changed are applied. Overrides are counted under the queue's lock
+/// (that is where their pairing is decided, docs/QoSOverrides.md), but `setpriority` is a
+/// system call and waits until the lock is released.
+final class QueueLock: Sendable {
+    private let lock: SpinFutexLock<QueueState>
+
+    init(_ state: QueueState) {
+        lock = SpinFutexLock(state, rank: .queue)
+    }
+
+    @inline(__always)
+    func locked<Result>(_ body: (inout QueueState) throws -> Result) rethrows -> Result {
+        var deferred: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) = (nil, nil)
+        let result = try lock.locked { state in
+            defer { if state.deferredNice.0 != nil { deferred = state.takeDeferredNice() } }
+            return try body(&state)
+        }
+        if deferred.0 != nil { QueueLock.apply(deferred) }
+        return result
+    }
+
+    /// `locked` for a body that moves `argument` into the state (see `SpinFutexLock`).
+    @inline(__always)
+    func locked<Argument, Result>(moving argument: consuming Argument,
+                                  _ body: (inout QueueState, consuming Argument) throws -> Result) rethrows -> Result {
+        var deferred: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) = (nil, nil)
+        let result = try lock.locked(moving: argument) { state, argument in
+            defer { if state.deferredNice.0 != nil { deferred = state.takeDeferredNice() } }
+            return try body(&state, argument)
+        }
+        if deferred.0 != nil { QueueLock.apply(deferred) }
+        return result
+    }
+
+    /// Applies the nice values and lets the controls go (retained while deferred).
+    private static func apply(_ deferred: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?)) {
+        for control in [deferred.0, deferred.1] {
+            guard let control else { continue }
+            control.takeUnretainedValue().applyNice()
+            control.release()
+        }
+    }
+}
