@@ -22,7 +22,7 @@ final class WakeupRecorder: Sendable {
     }
 
     /// A spinning lock: workers charge CPU time after every block, often at once.
-    private let state = SpinFutexLock<State>(State())
+    private let state = SpinFutexLock<State>(State(), rank: .wakeupRecorder)
 
     var isRecording: Bool { state.locked { $0.buffer != nil } }
 

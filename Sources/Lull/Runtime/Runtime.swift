@@ -38,7 +38,9 @@ import Synchronization
 ///     timer engine (SpinFutexLock)
 ///     reactor timer (Mutex)
 ///     worker class (SpinFutexLock, one per QoS class)
+///     main thread's jobs (SpinFutexLock)
 ///     diagnostics listener (Mutex)
+///     wake-up recorder (SpinFutexLock, taken by diagnostics hooks under any of the above)
 ///     libevent's base lock (inside libevent)
 ///
 /// No system call and no thread creation happens under a spin lock: the queues, the timer

@@ -29,15 +29,19 @@ enum LockRank: Int, Comparable, Sendable {
     case reactorTimer = 50
     /// A worker class's state (SpinFutexLock).
     case workerClass = 60
+    /// The main thread's job list (SpinFutexLock).
+    case mainThreadJobs = 62
     /// The diagnostics socket's listener (Mutex).
     case diagnosticsListener = 70
+    /// The wake-up recorder's state (SpinFutexLock): its hooks run under any other lock.
+    case wakeupRecorder = 80
 
     static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
 
     /// A spin lock's rank: no system call and no thread creation while one is held.
     var isSpinLock: Bool {
         switch self {
-        case .queue, .timerEngine, .workerClass: true
+        case .queue, .timerEngine, .workerClass, .mainThreadJobs, .wakeupRecorder: true
         default: false
         }
     }

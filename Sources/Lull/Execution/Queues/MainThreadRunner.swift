@@ -3,7 +3,7 @@ import Synchronization
 /// Runs the main queue's drains on the thread inside `WorkQueue.runMain()`.
 final class MainThreadRunner: Sendable {
 
-    private let jobs = SpinFutexLock<Fifo<Job>>(Fifo())
+    private let jobs = SpinFutexLock<Fifo<Job>>(Fifo(), rank: .mainThreadJobs)
     private let parker = Parker()
     private let started = Atomic<Bool>(false)
 
