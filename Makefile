@@ -1,6 +1,6 @@
 # Lull — two commands do everything on a fresh Debian machine:
 #   make demo   runs the demo
-#   make test   builds with warnings as errors and runs the test suite
+#   make test   checks the folders' layering, builds with warnings as errors and runs the test suite
 # Both install libevent-dev first when pkg-config cannot find it.
 # make bench also installs inotify-tools (inotifywait, the peer of fs-tree-watch) if missing.
 # make test-tsan runs the suite under ThreadSanitizer (scratch path .build-tsan); make stress
@@ -35,7 +35,7 @@ bench-deps: deps
 build: deps
 	$(SWIFT) build $(SWIFTFLAGS)
 
-test: deps
+test: deps check-layers
 	$(SWIFT) build --build-tests $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged
@@ -64,7 +64,8 @@ demo: deps
 # The folders of Sources/Lull as layers: prints their dependencies, fails on a cycle or on
 # an edge against the order declared in the script.
 check-layers:
-	python3 scripts/check-layers.py
+	@./scripts/ensure-python3.sh
+	python3 scripts/check-layers.py --quiet
 
 bench: bench-deps
 	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)

@@ -47,9 +47,6 @@ final class Reactor: Sendable {
         var fallbackAdded = false
         var fallbackGeneration: UInt = 0
 
-        /// The timer expired in the current poll: the poller fires the timer engine after the
-        /// loop returns (`pollOnce`), then `timerFireHandled` disarms unless re-armed.
-        var expiredInPoll = false
         /// The generation of the last window applied (see `setTimer`).
         var appliedGeneration: UInt64 = 0
 
@@ -60,6 +57,11 @@ final class Reactor: Sendable {
     private let timer = Mutex<TimerState>(TimerState())
     /// The timer slack the poller sleeps with (ns; 0: its default), for the armed window.
     private let sleepSlack = Atomic<UInt64>(0)
+    /// The timer expired in the current poll (set by the timer callbacks, under the timer
+    /// lock, on the polling thread): the poller fires the timer engine after the loop returns
+    /// (`pollOnce`), then `timerFireHandled` disarms unless re-armed. Atomic, so that the
+    /// poller reads it without the timer lock, which other threads' arms take.
+    private let expiredInPoll = Atomic<Bool>(false)
     /// Registered events plus an armed timer: while positive, someone must poll.
     private let interest = Atomic<Int>(0)
 
@@ -171,10 +173,7 @@ final class Reactor: Sendable {
             let failure = SystemError("event_base_loop", code: errno)
             RuntimeLog.once("loop-error") { "\(failure) (\(result))" }
         }
-        return timer.locked(ranked: .reactorTimer) { state in
-            defer { state.expiredInPoll = false }
-            return state.expiredInPoll
-        }
+        return expiredInPoll.exchange(false, ordering: .acquiringAndReleasing)
     }
 
     /// Arms the next wake-up for `window` (monotonic ns), or disarms it with nil. See
@@ -357,7 +356,7 @@ final class Reactor: Sendable {
         let change = state.counted ? InterestChange.unchanged : uncountInterest()
         if state.armed != nil {
             state.armed = nil
-            state.expiredInPoll = true
+            expiredInPoll.store(true, ordering: .releasing)
             Diagnostics.reactorTimerExpired()
         }
         return change
@@ -369,7 +368,7 @@ final class Reactor: Sendable {
         timer.locked(ranked: .reactorTimer) { state in
             guard let armed = state.armed, armed.latest <= SystemClock.monotonicNanoseconds() else { return }
             state.armed = nil
-            state.expiredInPoll = true
+            expiredInPoll.store(true, ordering: .releasing)
             Diagnostics.reactorTimerExpired()
         }
     }
