@@ -50,6 +50,9 @@ final class CancellationIntake: PostedWork {
     /// The global queue of `qosClass` the drain jobs run on, bound by the first post (the
     /// queue of the posted source): the runtime's, which lives as long as the process.
     private let root = AtomicLazyReference<WorkQueue>()
+    /// `root` is set: a post checks this word, not the reference (no reference count shared
+    /// by every posting thread).
+    private let rootBound = Atomic<Bool>(false)
     /// The posted cores, newest first (retained pointers linked through `cancellationLink`), and in
     /// bit 0 (objects are aligned) whether a drain job is active.
     private let posted = Atomic<UInt>(0)
@@ -98,8 +101,11 @@ final class CancellationIntake: PostedWork {
     /// until the step has run.
     func post(_ core: SourceCore) {
         assert(core.cancellationLink == CancellationIntake.unlinked, "\(core.name): cancel step posted twice")
-        let bound = root.load() ?? root.storeIfNil(core.target)
-        assert(bound === core.target, "cancellation intake: sources of two runtimes post to one intake")
+        if !rootBound.load(ordering: .acquiring) {
+            _ = root.storeIfNil(core.target)
+            rootBound.store(true, ordering: .releasing)
+        }
+        assert(root.load() === core.target, "cancellation intake: sources of two runtimes post to one intake")
         let node = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
         var old = posted.load(ordering: .relaxed)
         while true {

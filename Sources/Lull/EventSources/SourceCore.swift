@@ -238,7 +238,12 @@ class SourceCore: PostedWork, @unchecked Sendable {
     // MARK: Lifecycle
 
     func activate() {
-        let kind = self.kind
+        activate(with: kind)
+    }
+
+    /// `activate()` with the kind's table given: generic, so that a kind known statically (a
+    /// timer is its own) costs no existential and no reference count.
+    final func activate<Kind: SourceKind>(with kind: Kind) {
         let (first, registersOutside, failed, decides) = state.locked(ranked: .sourceCore) { state -> (Bool, Bool, Bool, Bool) in
             if state.flags.contains(.activated) { return (false, false, false, false) }
             state.flags.insert(.activated)
@@ -299,7 +304,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     /// The registering thread, when `kind.register` returned outside the lock.
-    private func finishRegistering(_ kind: any SourceKind, _ error: (any Error)?) {
+    private func finishRegistering<Kind: SourceKind>(_ kind: Kind, _ error: (any Error)?) {
         switch state.locked(ranked: .sourceCore, { registrationReturned(error, &$0) }) {
         case .registered:
             break
@@ -312,7 +317,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     /// Unregisters outside the lock, by the one thread that moved the phase to
     /// unregistering; the caller decides next.
-    private func finishUnregistering(_ kind: any SourceKind) {
+    private func finishUnregistering<Kind: SourceKind>(_ kind: Kind) {
         kind.unregister(self)
         state.locked(ranked: .sourceCore) { state in
             assert(state.phase == .unregistering, "\(name): unregistration finished in phase \(state.phase)")
@@ -323,7 +328,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// Under the lock, once, by `cancel()`: what becomes of the registration. True when the
     /// caller unregisters outside the lock (`finishUnregistering`); a kind that
     /// `registersUnderLock` is unregistered here.
-    private func cancelRegistration(_ kind: any SourceKind, _ state: inout State) -> Bool {
+    private func cancelRegistration<Kind: SourceKind>(_ kind: Kind, _ state: inout State) -> Bool {
         switch state.phase {
         case .idle:
             // Never registered, and `activate()` will not register a cancelled source.
@@ -367,8 +372,12 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// thread unregisters it, or the thread whose `activate()` is registering it does when
     /// its registration returns).
     func cancel() {
+        cancel(with: kind)
+    }
+
+    /// `cancel()` with the kind's table given (see `activate(with:)`).
+    final func cancel<Kind: SourceKind>(with kind: Kind) {
         guard !isCancelled, !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        let kind = self.kind
         guard kind.registersUnderLock else {
             if state.locked(ranked: .sourceCore, { cancelRegistration(kind, &$0) }) { finishUnregistering(kind) }
             changed()

@@ -104,6 +104,8 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
     }
 
     override var kind: any SourceKind { self }
+    override func activate() { activate(with: self) }
+    override func cancel() { cancel(with: self) }
     override var sourceType: EventSourceBase.Type { TimerSource.self }
     override var mask: UInt { strict ? TimerFlags.strict.rawValue : 0 }
     var strict: Bool { word.load(ordering: .relaxed) & TimerCore.strictBit != 0 }

@@ -68,62 +68,34 @@ struct TimerHeap {
         return best
     }
 
-    /// Whether (deadline, sequence) orders before the entry at `index`.
-    private func isBefore(_ deadline: UInt64, _ sequence: UInt32, _ index: Int) -> Bool {
-        deadline != deadlines[index] ? deadline < deadlines[index]
-            : TimerSequence.isEarlier(sequence, than: entries[index].sequence)
+    private func isBefore(_ lhs: Int, _ rhs: Int) -> Bool {
+        deadlines[lhs] != deadlines[rhs] ? deadlines[lhs] < deadlines[rhs]
+            : TimerSequence.isEarlier(entries[lhs].sequence, than: entries[rhs].sequence)
     }
 
-    /// Sifting moves a hole, not the entry: each level moves one entry and writes its slot
-    /// once, and the sifted entry is placed (and its slot written) once at the end. Slots are
-    /// written through `TimerEntry`'s witness, so fewer writes are what sifting costs.
     private mutating func siftUp(_ start: Int) {
-        let entry = entries[start]
-        let deadline = deadlines[start]
-        let sequence = entry.sequence
-        var hole = start
-        while hole > 0 {
-            let parent = (hole - 1) / 2
-            guard isBefore(deadline, sequence, parent) else { break }
-            move(from: parent, to: hole)
-            hole = parent
+        var child = start
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard isBefore(child, parent) else { break }
+            swapAt(child, parent)
+            child = parent
         }
-        if hole != start { place(entry, deadline, at: hole) }
     }
 
     private mutating func siftDown(_ start: Int) {
-        let entry = entries[start]
-        let deadline = deadlines[start]
-        let sequence = entry.sequence
+        var parent = start
         let count = deadlines.count
-        var hole = start
         while true {
-            let left = 2 * hole + 1
-            guard left < count else { break }
+            let left = 2 * parent + 1
             let right = left + 1
-            let child = right < count && isBefore(deadlines[right], entries[right].sequence, left) ? right : left
-            guard isBefore(deadlines[child], entries[child].sequence, deadline, sequence) else { break }
-            move(from: child, to: hole)
-            hole = child
+            var smallest = parent
+            if left < count && isBefore(left, smallest) { smallest = left }
+            if right < count && isBefore(right, smallest) { smallest = right }
+            if smallest == parent { return }
+            swapAt(parent, smallest)
+            parent = smallest
         }
-        if hole != start { place(entry, deadline, at: hole) }
-    }
-
-    /// Whether (lhsDeadline, lhsSequence) orders before (rhsDeadline, rhsSequence).
-    private func isBefore(_ lhsDeadline: UInt64, _ lhsSequence: UInt32, _ rhsDeadline: UInt64, _ rhsSequence: UInt32) -> Bool {
-        lhsDeadline != rhsDeadline ? lhsDeadline < rhsDeadline : TimerSequence.isEarlier(lhsSequence, than: rhsSequence)
-    }
-
-    private mutating func move(from source: Int, to target: Int) {
-        deadlines[target] = deadlines[source]
-        entries[target] = entries[source]
-        entries[target].slot = Int32(truncatingIfNeeded: target)
-    }
-
-    private mutating func place(_ entry: TimerEntry, _ deadline: UInt64, at index: Int) {
-        deadlines[index] = deadline
-        entries[index] = entry
-        entry.slot = Int32(truncatingIfNeeded: index)
     }
 
     private mutating func swapAt(_ lhs: Int, _ rhs: Int) {

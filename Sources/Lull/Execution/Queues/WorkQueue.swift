@@ -38,8 +38,11 @@ public final class WorkQueue: Sendable {
     /// the others, which drain through their target.
     let rootExecutor: (any RootExecutor)?
     /// The runtime's parts this queue's hierarchy uses (its target's, for a queue that is not
-    /// a root). They outlive every queue: the runtime lives as long as the process.
-    unowned let services: QueueServices
+    /// a root). `unowned(unsafe)`, read on every timer schedule and `asyncAfter` without
+    /// touching a reference count the threads would share: services are made only by a
+    /// `Runtime`, which holds them for good (`Runtime.shared` is never released), so they
+    /// outlive every queue.
+    unowned(unsafe) let services: QueueServices
     /// A root queue (a global queue or the main thread's): a static that lives as long as
     /// the process, so that what points at it need not count (see `SourceCore.target`).
     var livesForever: Bool {
