@@ -63,7 +63,7 @@ extension LullSuite {
             try #require(pipe(&fds) == 0)
             defer { close(fds[0]); close(fds[1]) }
             let readEnd = fds[0]
-            let count = 20
+            let count = 8
             let started = Counter()
             let finished = Counter()
             let queue = Self.queue(qosClass)
