@@ -39,7 +39,7 @@ import Synchronization
 ///   when every live drain job is inside a cancel step; a step waiting behind a running one
 ///   always has the check armed (post and drain job see each other's write: both sides
 ///   sequentially consistent).
-final class CancellationIntake: PostedWork {
+final class CancellationIntake: PostedWork, @unchecked Sendable {  // Sendable: every stored property is a `let` of a Sendable type (atomics, mutexes)
     private static let intakes: [CancellationIntake] = QoS.QoSClass.schedulable.map { CancellationIntake(qosClass: $0) }
 
     static func intake(for qosClass: QoS.QoSClass) -> CancellationIntake {
@@ -141,7 +141,7 @@ final class CancellationIntake: PostedWork {
         return root
     }
 
-    func performPostedWork() {
+    override func performPostedWork() {
         drain()
     }
 

@@ -534,7 +534,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
     }
 
-    func performPostedWork() {
+    override func performPostedWork() {
         runPostedStep()
     }
 

@@ -77,7 +77,9 @@ final class InotifyHub: Sendable {
 
     private let state = Mutex<State>(State())
     /// Serializes the changes of the kernel's watch set; see "Locks".
-    private let kernel = Mutex<Void>(())
+    /// Counts the sections held (a value of its own: a zero-sized one shares its address with
+    /// the next stored property, which ThreadSanitizer then takes for the same variable).
+    private let kernel = Mutex<UInt>(0)
     /// The drain token: one thread reads the inotify descriptor at a time.
     private let draining = Atomic<Bool>(false)
     /// A drain was asked for while the token was taken: the holder drains again.
@@ -128,7 +130,8 @@ final class InotifyHub: Sendable {
 
     private func withKernel<Result, E: Error>(_ body: () throws(E) -> sending Result) throws(E) -> sending Result {
         assertOutsideState()
-        return try kernel.locked(ranked: .inotifyKernel) { (_: inout sending Void) throws(E) -> sending Result in
+        return try kernel.locked(ranked: .inotifyKernel) { (sections: inout sending UInt) throws(E) -> sending Result in
+            sections &+= 1
             #if DEBUG
             kernelOwner.store(Self.currentThread, ordering: .relaxed)
             defer { kernelOwner.store(0, ordering: .relaxed) }

@@ -52,8 +52,15 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
         return try body(&value)
     }
 
+    /// For a wrapper that acts between its body and the unlock (`QueueLock`): `acquire()`,
+    /// then `guarded` (only between the two), then `release()`.
+    var guarded: Value {
+        @inline(__always) _read { yield value }
+        @inline(__always) _modify { yield &value }
+    }
+
     @inline(__always)
-    private func acquire() {
+    func acquire() {
         #if DEBUG
         if let rank { LockOrder.willAcquire(rank) }
         #endif
@@ -61,7 +68,7 @@ final class SpinFutexLock<Value>: @unchecked Sendable {
     }
 
     @inline(__always)
-    private func release() {
+    func release() {
         lull_unlock(word)
         #if DEBUG
         if let rank { LockOrder.didRelease(rank) }

@@ -10,7 +10,7 @@ struct Job: Sendable {
         case syncWaiter(SyncWaiter)
         /// Work the object performs itself (a source's next step, a drain of posted cancel
         /// steps): it knows what, so posting it allocates nothing.
-        case posted(any PostedWork)
+        case posted(PostedWork)
     }
 
     var work: Work

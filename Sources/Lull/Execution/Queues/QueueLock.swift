@@ -11,12 +11,15 @@ final class QueueLock: Sendable {
 
     @inline(__always)
     func locked<Result>(_ body: (inout QueueState) throws -> Result) rethrows -> Result {
-        var deferred: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) = (nil, nil)
-        let result = try lock.locked { state in
-            defer { if state.deferredNice.0 != nil { deferred = state.takeDeferredNice() } }
-            return try body(&state)
+        lock.acquire()
+        let result: Result
+        do {
+            result = try body(&lock.guarded)
+        } catch {
+            releaseApplyingNice()
+            throw error
         }
-        if deferred.0 != nil { QueueLock.apply(deferred) }
+        releaseApplyingNice()
         return result
     }
 
@@ -24,13 +27,26 @@ final class QueueLock: Sendable {
     @inline(__always)
     func locked<Argument, Result>(moving argument: consuming Argument,
                                   _ body: (inout QueueState, consuming Argument) throws -> Result) rethrows -> Result {
-        var deferred: (Unmanaged<ThreadPriorityControl>?, Unmanaged<ThreadPriorityControl>?) = (nil, nil)
-        let result = try lock.locked(moving: argument) { state, argument in
-            defer { if state.deferredNice.0 != nil { deferred = state.takeDeferredNice() } }
-            return try body(&state, argument)
+        lock.acquire()
+        let result: Result
+        do {
+            result = try body(&lock.guarded, argument)
+        } catch {
+            releaseApplyingNice()
+            throw error
         }
-        if deferred.0 != nil { QueueLock.apply(deferred) }
+        releaseApplyingNice()
         return result
+    }
+
+    /// Unlocks, then applies what the section deferred. One level of closure, as a plain
+    /// `SpinFutexLock.locked`: a wrapping closure would make the compiler copy the `Job`s
+    /// that drains move through their sections.
+    @inline(__always)
+    private func releaseApplyingNice() {
+        let deferred = lock.guarded.deferredNice.0 == nil ? (nil, nil) : lock.guarded.takeDeferredNice()
+        lock.release()
+        if deferred.0 != nil { QueueLock.apply(deferred) }
     }
 
     /// Applies the nice values and lets the controls go (retained while deferred).
