@@ -375,10 +375,10 @@ final class WorkerPool: Sendable {
             case .poll:
                 poll(worker: worker, thread: thread)
             case .spin:
-                if let job = spinForWork(worker, pool: pool) {
-                    runTimed(job, thread: thread, pool: pool)
-                } else if !parkUntilClaimed(worker, pool: pool) {
-                    return
+                switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
+                case .job(let job): runTimed(job, thread: thread, pool: pool)
+                case .lookAgain: continue
+                case .idle: if !parkUntilClaimed(worker, pool: pool) { return }
                 }
             case .park:
                 if !parkUntilClaimed(worker, pool: pool) { return }
@@ -454,26 +454,44 @@ final class WorkerPool: Sendable {
 
     /// The class's one spinning worker waits briefly for work. Returns a job (the worker is
     /// running again), or nil after putting the worker on the idle stack.
-    private func spinForWork(_ worker: Worker, pool: ClassPool) -> Job? {
+    private enum SpinOutcome {
+        case job(Job)
+        /// Something needs polling and nobody polls: the worker goes round its loop again,
+        /// counted as running, and takes the poller slot there.
+        case lookAgain
+        /// On the idle stack: the worker parks.
+        case idle
+    }
+
+    /// The class's one spinning worker waits briefly for work; then, under the class lock,
+    /// takes a job, or goes round again to poll (a poller request made while it spun found
+    /// no idle worker, and the thread it would have started may not exist), or goes idle.
+    private func spinForWork(_ worker: Worker, pool: ClassPool, mayPoll: Bool) -> SpinOutcome {
         var spins: Int32 = 0
         while spins < WorkerPool.spinIterations && pool.queuedJobs.load(ordering: .acquiring) == 0 {
             lull_cpu_relax()
             spins += 1
         }
         var cascade = Helper.none
-        let job = pool.state.locked { state -> Job? in
+        let outcome = pool.state.locked { state -> SpinOutcome in
             state.spinning = 0
             guard let job = state.popJob(pool) else {
+                // Read under the class lock, as `ensurePoller` looks at the idle stack under
+                // it: either it finds this worker idle, or this worker sees its need.
+                if mayPoll && reactor.needsPoller && pollerSlot.isVacant {
+                    state.running += 1
+                    return .lookAgain
+                }
                 assert(!pollerSlot.names(worker.token), "Lull: a worker named by the poller slot parks")
                 state.idle.append(worker)
-                return nil
+                return .idle
             }
             state.running += 1
             if !state.jobs.isEmpty { cascade = recruit(&state) }
-            return job
+            return .job(job)
         }
         start(cascade, in: pool)
-        return job
+        return outcome
     }
 
     /// Parks an idle worker until someone claims it (true) or it retires (false).
