@@ -68,33 +68,68 @@ struct TimerHeap {
         return best
     }
 
-    private func isBefore(_ lhs: Int, _ rhs: Int) -> Bool {
-        deadlines[lhs] != deadlines[rhs] ? deadlines[lhs] < deadlines[rhs]
-            : TimerSequence.isEarlier(entries[lhs].sequence, than: entries[rhs].sequence)
-    }
-
+    /// Sifting moves a hole, not the entry: the sifted entry is moved out once, each level
+    /// moves one entry into the hole (bitwise: no reference counting) and writes its slot,
+    /// and the sifted entry goes into the final hole. A swap would write two slots per level,
+    /// each through `TimerEntry`'s witness.
     private mutating func siftUp(_ start: Int) {
-        var child = start
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard isBefore(child, parent) else { break }
-            swapAt(child, parent)
-            child = parent
+        guard start > 0 else { return }
+        let deadline = deadlines[start]
+        deadlines.withUnsafeMutableBufferPointer { deadlines in
+            entries.withUnsafeMutableBufferPointer { entries in
+                let base = entries.baseAddress!
+                let moving = (base + start).move()
+                let sequence = moving.sequence
+                var hole = start
+                while hole > 0 {
+                    let parent = (hole - 1) / 2
+                    let before = deadline != deadlines[parent] ? deadline < deadlines[parent]
+                        : TimerSequence.isEarlier(sequence, than: base[parent].sequence)
+                    guard before else { break }
+                    (base + hole).moveInitialize(from: base + parent, count: 1)
+                    deadlines[hole] = deadlines[parent]
+                    base[hole].slot = Int32(truncatingIfNeeded: hole)
+                    hole = parent
+                }
+                (base + hole).initialize(to: moving)
+                deadlines[hole] = deadline
+                moving.slot = Int32(truncatingIfNeeded: hole)
+            }
         }
     }
 
     private mutating func siftDown(_ start: Int) {
-        var parent = start
         let count = deadlines.count
-        while true {
-            let left = 2 * parent + 1
-            let right = left + 1
-            var smallest = parent
-            if left < count && isBefore(left, smallest) { smallest = left }
-            if right < count && isBefore(right, smallest) { smallest = right }
-            if smallest == parent { return }
-            swapAt(parent, smallest)
-            parent = smallest
+        guard 2 * start + 1 < count else { return }
+        let deadline = deadlines[start]
+        deadlines.withUnsafeMutableBufferPointer { deadlines in
+            entries.withUnsafeMutableBufferPointer { entries in
+                let base = entries.baseAddress!
+                let moving = (base + start).move()
+                let sequence = moving.sequence
+                var hole = start
+                while true {
+                    let left = 2 * hole + 1
+                    guard left < count else { break }
+                    let right = left + 1
+                    var child = left
+                    if right < count {
+                        let rightFirst = deadlines[right] != deadlines[left] ? deadlines[right] < deadlines[left]
+                            : TimerSequence.isEarlier(base[right].sequence, than: base[left].sequence)
+                        if rightFirst { child = right }
+                    }
+                    let childFirst = deadlines[child] != deadline ? deadlines[child] < deadline
+                        : TimerSequence.isEarlier(base[child].sequence, than: sequence)
+                    guard childFirst else { break }
+                    (base + hole).moveInitialize(from: base + child, count: 1)
+                    deadlines[hole] = deadlines[child]
+                    base[hole].slot = Int32(truncatingIfNeeded: hole)
+                    hole = child
+                }
+                (base + hole).initialize(to: moving)
+                deadlines[hole] = deadline
+                moving.slot = Int32(truncatingIfNeeded: hole)
+            }
         }
     }
 
