@@ -86,14 +86,10 @@ struct TimerHeap {
                     let before = deadline != deadlines[parent] ? deadline < deadlines[parent]
                         : TimerSequence.isEarlier(sequence, than: base[parent].sequence)
                     guard before else { break }
-                    (base + hole).moveInitialize(from: base + parent, count: 1)
-                    deadlines[hole] = deadlines[parent]
-                    base[hole].slot = Int32(truncatingIfNeeded: hole)
+                    TimerHeap.move(from: parent, to: hole, base, deadlines)
                     hole = parent
                 }
-                (base + hole).initialize(to: moving)
-                deadlines[hole] = deadline
-                moving.slot = Int32(truncatingIfNeeded: hole)
+                TimerHeap.place(moving, deadline, at: hole, base, deadlines)
             }
         }
     }
@@ -121,16 +117,31 @@ struct TimerHeap {
                     let childFirst = deadlines[child] != deadline ? deadlines[child] < deadline
                         : TimerSequence.isEarlier(base[child].sequence, than: sequence)
                     guard childFirst else { break }
-                    (base + hole).moveInitialize(from: base + child, count: 1)
-                    deadlines[hole] = deadlines[child]
-                    base[hole].slot = Int32(truncatingIfNeeded: hole)
+                    TimerHeap.move(from: child, to: hole, base, deadlines)
                     hole = child
                 }
-                (base + hole).initialize(to: moving)
-                deadlines[hole] = deadline
-                moving.slot = Int32(truncatingIfNeeded: hole)
+                TimerHeap.place(moving, deadline, at: hole, base, deadlines)
             }
         }
+    }
+
+    /// Moves the entry at `source` into the hole at `target` (bitwise), with its deadline
+    /// and slot; `source` becomes the hole.
+    @inline(__always)
+    private static func move(from source: Int, to target: Int, _ base: UnsafeMutablePointer<TimerEntry>,
+                             _ deadlines: UnsafeMutableBufferPointer<UInt64>) {
+        (base + target).moveInitialize(from: base + source, count: 1)
+        deadlines[target] = deadlines[source]
+        base[target].slot = Int32(truncatingIfNeeded: target)
+    }
+
+    /// Puts the sifted entry into the final hole.
+    @inline(__always)
+    private static func place(_ entry: TimerEntry, _ deadline: UInt64, at index: Int, _ base: UnsafeMutablePointer<TimerEntry>,
+                              _ deadlines: UnsafeMutableBufferPointer<UInt64>) {
+        (base + index).initialize(to: entry)
+        deadlines[index] = deadline
+        entry.slot = Int32(truncatingIfNeeded: index)
     }
 
     private mutating func swapAt(_ lhs: Int, _ rhs: Int) {
