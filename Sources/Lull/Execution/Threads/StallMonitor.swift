@@ -42,8 +42,7 @@ final class StallMonitor: Sendable {
         guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        timers.schedule(CallbackEntry(isHousekeeping: true, check),
-                        deadline: SystemClock.monotonicNanoseconds() + delay, leeway: 0)
+        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + delay, on: timers, check)
     }
 
     func disarm() {
