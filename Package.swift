@@ -127,3 +127,12 @@ package.targets.append(.executableTarget(
     path: "Tests/LullPriorityProbe",
     swiftSettings: strictSettings
 ))
+
+// A test helper: GlobalExecutor.install() is process-wide, so its checks run in children
+// (Tests/LullTests/GlobalExecutorTests.swift runs it).
+package.targets.append(.executableTarget(
+    name: "lull-executor-probe",
+    dependencies: ["Lull"],
+    path: "Tests/LullExecutorProbe",
+    swiftSettings: strictSettings
+))

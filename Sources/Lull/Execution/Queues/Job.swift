@@ -15,6 +15,9 @@ struct Job: Sendable {
         /// executor; the queue runs it as its executor (see `WorkQueue+Executor.swift`). Two
         /// words, like a block: no allocation per job.
         case swiftJob(UnownedJob, WorkQueue)
+        /// A Swift job enqueued on one of Lull's process-wide executors (the default or main
+        /// executor `GlobalExecutor.install()` installs), which runs it as itself.
+        case hostedSwiftJob(UnownedJob, SwiftJobHost)
     }
 
     var work: Work
