@@ -126,6 +126,8 @@ func mainMode() -> Never {
         onMainActor("mainactor")
         await Task.detached { say("detached main-thread \(isMainThread())") }.value
         onMainActor("resumed")
+        try? await Task.sleep(for: .milliseconds(10), tolerance: .milliseconds(5))
+        onMainActor("slept")
         WorkQueue.main.async {
             MainActor.assumeIsolated { onMainActor("assumed") }
             finish()

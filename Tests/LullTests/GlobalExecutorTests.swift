@@ -54,6 +54,7 @@ extension IndependentSuite {
             #expect(Self.fields(lines, "mainactor", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
             #expect(Self.fields(lines, "detached", "main-thread") == ["false"], "\(lines)")
             #expect(Self.fields(lines, "resumed", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
+            #expect(Self.fields(lines, "slept", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
             #expect(Self.fields(lines, "assumed", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
         }
 

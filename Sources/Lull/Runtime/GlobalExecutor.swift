@@ -51,7 +51,7 @@ public enum GlobalExecutor {
         let runtime = Runtime.shared
         LullExecutorFactory.executors.withLock { executors in
             executors = (PoolTaskExecutor(roots: runtime.roots, timers: runtime.timers),
-                         MainQueueExecutor(roots: runtime.roots))
+                         MainQueueExecutor(roots: runtime.roots, timers: runtime.timers))
         }
         _createExecutors(factory: LullExecutorFactory.self)
         #else
