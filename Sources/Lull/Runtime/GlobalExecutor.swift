@@ -34,8 +34,11 @@ import Synchronization
 /// ```
 ///
 /// An `async` main is already a task when its body starts, running on the platform's main
-/// executor: `install()` called from any task throws ``GlobalExecutorError/tooLate`` and
-/// changes nothing.
+/// executor, whose run loop the runtime started before the program's first line: so a
+/// program that installs uses a synchronous main and `WorkQueue.runMain()`, and `install()`
+/// called from any task throws ``GlobalExecutorError/tooLate`` and changes nothing. Tasks
+/// started from plain threads before the install cannot be detected: their later jobs
+/// run on Lull's executors.
 public enum GlobalExecutor {
     private static let installed = Atomic<Bool>(false)
 
