@@ -109,11 +109,31 @@ func sleepMode() -> Never {
                 }
                 say("sleep timer-wakeups \(report.wakeups.timer.count) optimal \(report.coalescing.optimalWakeups) "
                     + "early \(early.value.load(ordering: .relaxed))")
+                await cancelledSleep()
                 finish()
             }
         }
     }
     WorkQueue.runMain()
+}
+
+/// A 10 s sleep cancelled after 20 ms ends at once with CancellationError.
+func cancelledSleep() async {
+    let clock = ContinuousClock()
+    let start = clock.now
+    let sleeper = Task { () -> Bool in
+        do {
+            try await Task.sleep(for: .seconds(10), tolerance: .seconds(1))
+            return false
+        } catch {
+            return error is CancellationError
+        }
+    }
+    try? await Task.sleep(for: .milliseconds(20))
+    sleeper.cancel()
+    let cancelled = await sleeper.value
+    let milliseconds = start.duration(to: clock.now) / .milliseconds(1)
+    say("cancelled-sleep threw-cancellation \(cancelled) within-2s \(milliseconds < 2_000)")
 }
 
 @MainActor func onMainActor(_ label: String) {

@@ -47,6 +47,7 @@ extension IndependentSuite {
             #expect(wakeups >= 1, "the sleeps did not reach Lull's timers: \(lines)")
             #expect(wakeups <= max(optimum, 1) + 1, "\(wakeups) wake-ups for an optimum of \(optimum): \(lines)")
             #expect(early == 0)
+            #expect(Self.fields(lines, "cancelled-sleep", "threw-cancellation") == ["true", "within-2s", "true"], "\(lines)")
         }
 
         @Test func mainActorJobsRunOnTheMainQueueInsideRunMain() throws {
