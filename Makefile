@@ -1,14 +1,35 @@
 # Lull — two commands do everything on a fresh Debian machine:
 #   make demo   runs the demo
-#   make test   checks the folders' layering, builds with warnings as errors and runs the test suite
+#   make test   checks the folders' layering, builds with warnings as errors, builds every
+#               documented Swift snippet, and runs the test suite
 # Both install libevent-dev first when pkg-config cannot find it.
 # make bench also installs inotify-tools (inotifywait, the peer of fs-tree-watch) if missing.
+#
+# Four packages: the library (this folder: all a client resolves is swift-log), and beside it,
+# each depending on it by path, Examples/ (the example programs, swift-argument-parser),
+# Tools/ (timerfires) and Benchmarks/ (lull-bench, swift-nio). make test builds the examples
+# and tools first (make examples): the tests start them as child processes and find them in
+# Examples/.build/debug and Tools/.build/debug (or LULL_EXECUTABLES_PATH). It never builds
+# the benchmarks package, so it never builds SwiftNIO.
+#
+# Warnings are errors for Lull's own code here, not in the manifests (a client's newer
+# toolchain must not break its build): WERROR is passed to every build of make test, CI's
+# stages and make check-snippets. SwiftPM builds remote dependencies with their warnings
+# suppressed, so the flag reaches only the project's own targets.
+#
+# make check-snippets (part of make test) builds every ```swift block of README.md, the DocC
+# articles, docs/*.md and the examples' READMEs, in one generated package under
+# .build-snippets, and runs those marked ```swift run. A block that is not a whole program
+# is marked ```swift fragment and is not built (scripts/check-snippets.py says more).
+# make docs renders the DocC catalog with the swift-docc-plugin, which the manifest declares
+# only when LULL_DOCC is set (so that clients never resolve it).
 # make test-tsan runs the suite under ThreadSanitizer (scratch path .build-tsan); make stress
 # runs the interleaving stress harness long (Tests/LullTests/Stress), then again under
 # AddressSanitizer (make stress-asan, scratch path .build-asan). A sanitizer report fails them.
 
 SWIFT      ?= swift
 SWIFTFLAGS ?=
+WERROR     ?= -Xswiftc -warnings-as-errors
 BENCH_ARGS ?=
 # Seeds of the long stress runs; each case runs in a child process of its own, so that a
 # crash is logged with its seed and shrunk (see StressConfiguration.swift for LULL_STRESS_*).
@@ -22,7 +43,7 @@ LSAN_OPTIONS ?= suppressions=$(CURDIR)/.ci/lsan-suppressions.txt
 export TSAN_OPTIONS ASAN_OPTIONS LSAN_OPTIONS
 STRESS_FILTER = InterleavingStressTests
 
-.PHONY: all deps bench-deps build test test-tsan stress stress-asan demo bench check-layers clean
+.PHONY: all deps bench-deps build examples test test-unprivileged test-tsan stress stress-asan demo bench check-layers check-snippets docs clean
 
 all: build
 
@@ -35,8 +56,13 @@ bench-deps: deps
 build: deps
 	$(SWIFT) build $(SWIFTFLAGS)
 
-test: deps check-layers
-	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+# The example programs and the tools, which the tests start as child processes (debug builds).
+examples: deps
+	$(SWIFT) build --package-path Examples $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) build --package-path Tools $(WERROR) $(SWIFTFLAGS)
+
+test: deps check-layers examples
+	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged
 
@@ -44,17 +70,18 @@ test: deps check-layers
 test-unprivileged:
 	SWIFT="$(SWIFT)" SWIFTFLAGS="$(SWIFTFLAGS)" ./scripts/test-unprivileged.sh
 
-test-tsan: deps
-	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
+test-tsan: deps examples
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
 
 stress: deps
-	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
 	LULL_STRESS_ROUNDS=$(STRESS_ROUNDS) LULL_STRESS_ISOLATE=1 \
 		$(SWIFT) test --skip-build $(SWIFTFLAGS) --filter $(STRESS_FILTER)
 	$(MAKE) stress-asan
 
 stress-asan: deps
-	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan $(SWIFTFLAGS)
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan $(WERROR) $(SWIFTFLAGS)
 	LULL_STRESS_ROUNDS=$(STRESS_ASAN_ROUNDS) LULL_STRESS_ISOLATE=1 \
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan $(SWIFTFLAGS) --filter $(STRESS_FILTER)
 
@@ -67,8 +94,19 @@ check-layers:
 	@./scripts/ensure-python3.sh
 	python3 scripts/check-layers.py --quiet
 
+# Every documented Swift snippet, built in one generated package (incremental after the first).
+check-snippets: deps
+	@./scripts/ensure-python3.sh
+	SWIFT="$(SWIFT)" SWIFTFLAGS="$(WERROR) $(SWIFTFLAGS)" python3 scripts/check-snippets.py
+
+# The benchmarks package (Benchmarks/): Lull against Dispatch, SwiftNIO and libevent.
 bench: bench-deps
-	$(SWIFT) run -c release $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)
+	$(SWIFT) run -c release --package-path Benchmarks $(SWIFTFLAGS) lull-bench $(BENCH_ARGS)
+
+# The DocC catalog rendered by swift-docc-plugin into .build/docs (declared when LULL_DOCC is set).
+docs: deps
+	LULL_DOCC=1 $(SWIFT) package --allow-writing-to-directory .build/docs \
+		generate-documentation --target Lull --output-path .build/docs
 
 clean:
-	rm -rf .build .build-tsan .build-asan
+	rm -rf .build .build-tsan .build-asan .build-snippets Examples/.build Tools/.build Benchmarks/.build

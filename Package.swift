@@ -1,19 +1,24 @@
 // swift-tools-version: 6.2
 import PackageDescription
 
-let strictSettings: [SwiftSetting] = [
-    .treatAllWarnings(as: .error),
-]
+// The library package: what a client that depends on Lull resolves and builds. It declares
+// only what the library needs (swift-log); the examples, the tools and the benchmarks are
+// packages of their own beside it (Examples/, Tools/, Benchmarks/), each depending on this
+// one by path, so that their dependencies (swift-argument-parser, swift-nio) never reach a
+// client. Warnings are errors in `make test` and CI (`-Xswiftc -warnings-as-errors`), not
+// here: a client's newer toolchain may warn where this one does not, and that must not
+// break the client's build.
 
 let package = Package(
     name: "Lull",
     products: [
         .library(name: "Lull", targets: ["Lull"]),
-        .executable(name: "timerfires", targets: ["timerfires"]),
+        // The wake-up trace's format and its reader, for the `timerfires` tool (Tools/).
+        // Not part of the API contract (docs/API.md): it changes with the trace format.
+        .library(name: "LullWakeupReport", targets: ["LullDiagnosticsFormat", "LullWakeupReport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -26,8 +31,8 @@ let package = Package(
         // with its readers (the trace file's layout, the control socket's address, the
         // environment), and the reader that turns a trace into a `WakeupReport`, which both
         // `RuntimeDiagnostics` and `timerfires` print.
-        .target(name: "LullDiagnosticsFormat", swiftSettings: strictSettings),
-        .target(name: "LullWakeupReport", dependencies: ["LullDiagnosticsFormat"], swiftSettings: strictSettings),
+        .target(name: "LullDiagnosticsFormat"),
+        .target(name: "LullWakeupReport", dependencies: ["LullDiagnosticsFormat"]),
         .target(
             name: "Lull",
             dependencies: [
@@ -36,73 +41,7 @@ let package = Package(
                 "LullDiagnosticsFormat",
                 "LullWakeupReport",
                 .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "qos-demo",
-            dependencies: ["Lull"],
-            path: "Examples/qos-demo",
-            swiftSettings: strictSettings
-        ),
-        // Examples (issue #8): programs someone would run, each with a README of its own.
-        // EchoServerKit is the echo server's logic, shared by the example and lull-bench.
-        .target(
-            name: "EchoServerKit",
-            dependencies: ["Lull", "CLullShims"],
-            path: "Examples/EchoServerKit",
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "echo-server",
-            dependencies: [
-                "EchoServerKit",
-                "Lull",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Examples/echo-server",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "watch-run",
-            dependencies: [
-                "Lull",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Examples/watch-run",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "activities",
-            dependencies: ["Lull"],
-            path: "Examples/activities",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "timerfires",
-            dependencies: [
-                "LullDiagnosticsFormat",
-                "LullWakeupReport",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Tools/timerfires",
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "timer-coalescing",
-            dependencies: ["Lull"],
-            path: "Examples/timer-coalescing",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "lull-bench",
-            dependencies: ["Lull", "EchoServerKit"],
-            path: "Benchmarks/LullBenchmarks",
-            swiftSettings: strictSettings
+            ]
         ),
         // C only the tests use: arming the shims' fault table, and probes of what the runtime did.
         .target(
@@ -112,18 +51,23 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit", "LullDiagnosticsFormat", "LullWakeupReport"],
-            swiftSettings: strictSettings
+            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "LullDiagnosticsFormat", "LullWakeupReport"]
+        ),
+        // A test helper: reports each QoS class's worker nice value in an unprivileged process
+        // (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).
+        .executableTarget(
+            name: "lull-priority-probe",
+            dependencies: ["Lull"],
+            path: "Tests/LullPriorityProbe"
         ),
     ],
     swiftLanguageModes: [.v6]
 )
 
-// A test helper: reports each QoS class's worker nice value in an unprivileged process
-// (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).
-package.targets.append(.executableTarget(
-    name: "lull-priority-probe",
-    dependencies: ["Lull"],
-    path: "Tests/LullPriorityProbe",
-    swiftSettings: strictSettings
-))
+// The DocC plugin, for `make docs` (`swift package generate-documentation --target Lull`),
+// declared only when LULL_DOCC is set, so that a client never resolves it.
+if Context.environment["LULL_DOCC"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
+    )
+}

@@ -4,8 +4,8 @@ import Synchronization
 /// One of the package's example programs, started by a test as a child process with its
 /// standard output and error on a pipe, so that the test can wait for what it prints.
 ///
-/// The examples are executables of the package: `swift build --build-tests` puts them in the
-/// same products directory as the test bundle, which is where they are looked for.
+/// The examples are executables of the examples package (Examples/): `ExecutableLocator` says
+/// where they are looked for.
 final class ExampleProcess {
     struct LaunchError: Error, CustomStringConvertible {
         let description: String
@@ -18,21 +18,9 @@ final class ExampleProcess {
     private var received: [UInt8] = []
     private var exitStatus: Int32?
 
-    /// The products directory: the one that holds the running test bundle.
-    static var productsDirectory: String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard length > 0 else { return "." }
-        let path = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-    }
-
     init(_ name: String, _ arguments: [String]) throws {
         self.name = name
-        let path = "\(Self.productsDirectory)/\(name)"
-        guard access(path, X_OK) == 0 else {
-            throw LaunchError(description: "\(path) is missing: build the examples with `swift build --build-tests`")
-        }
+        let path = try ExecutableLocator.path(of: name)
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { throw LaunchError(description: "pipe: \(String(cString: strerror(errno)))") }
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)

@@ -1,4 +1,3 @@
-import EchoServerKit
 import Glibc
 import Testing
 
@@ -11,7 +10,7 @@ extension IndependentSuite {
             let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "30"])
             let port = try #require(Self.port(from: server.waitForLine(containing: "listening on 127.0.0.1:")),
                                     "no port in: \(server.text)")
-            let client = try LoopbackSocket.connect(port: port)
+            let client = try LoopbackClient.connect(port: port)
             defer { close(client) }
 
             let greeting = Array("hello, lull\n".utf8)
@@ -31,7 +30,7 @@ extension IndependentSuite {
         @Test func echoServerClosesIdleConnections() throws {
             let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "1"])
             let port = try #require(Self.port(from: server.waitForLine(containing: "listening on 127.0.0.1:")))
-            let client = try LoopbackSocket.connect(port: port)
+            let client = try LoopbackClient.connect(port: port)
             defer { close(client) }
             #expect(try Self.exchange(client, Array("ping".utf8)) == Array("ping".utf8))
 
