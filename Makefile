@@ -61,7 +61,7 @@ examples: deps
 	$(SWIFT) build --package-path Examples $(WERROR) $(SWIFTFLAGS)
 	$(SWIFT) build --package-path Tools $(WERROR) $(SWIFTFLAGS)
 
-test: deps check-layers examples
+test: deps check-layers examples check-snippets
 	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged

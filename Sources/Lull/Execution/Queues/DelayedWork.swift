@@ -63,9 +63,13 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapF
 
 extension WorkQueue {
     /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
-    /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
-    /// execution context; to carry the current one, submit a `WorkItem` made with
-    /// `.assignCurrentContext`. `file` and `line` name its timer in wake-up diagnostics.
+    /// of 10% of the delay (1 ms ... 60 s). Never early; a lone delayed block runs at the end
+    /// of its window, so `asyncAfter(deadline: .now() + .seconds(1))` runs up to 100 ms late
+    /// by design (earlier only when another timer's wake-up falls inside its window). For
+    /// less, pass a smaller `leeway:`, or use a timer source with `.strict`. Delayed blocks
+    /// run detached, with the empty execution context; to carry the current one, submit a
+    /// `WorkItem` made with `.assignCurrentContext`. `file` and `line` name its timer in
+    /// wake-up diagnostics.
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void,
                            file: StaticString = #fileID, line: UInt = #line) {
