@@ -17,6 +17,8 @@
 # stages and make check-snippets. SwiftPM builds remote dependencies with their warnings
 # suppressed, so the flag reaches only the project's own targets.
 #
+# make check-client (part of make test) fails if a client that depends on Lull by path
+# resolves anything but swift-log.
 # make check-snippets (part of make test) builds every ```swift block of README.md, the DocC
 # articles, docs/*.md and the examples' READMEs, in one generated package under
 # .build-snippets, and runs those marked ```swift run. A block that is not a whole program
@@ -43,7 +45,7 @@ LSAN_OPTIONS ?= suppressions=$(CURDIR)/.ci/lsan-suppressions.txt
 export TSAN_OPTIONS ASAN_OPTIONS LSAN_OPTIONS
 STRESS_FILTER = InterleavingStressTests
 
-.PHONY: all deps bench-deps build examples test test-unprivileged test-tsan stress stress-asan demo bench check-layers check-snippets docs clean
+.PHONY: all deps bench-deps build examples check-client test test-unprivileged test-tsan stress stress-asan demo bench check-layers check-snippets docs clean
 
 all: build
 
@@ -61,7 +63,7 @@ examples: deps
 	$(SWIFT) build --package-path Examples $(WERROR) $(SWIFTFLAGS)
 	$(SWIFT) build --package-path Tools $(WERROR) $(SWIFTFLAGS)
 
-test: deps check-layers examples check-snippets
+test: deps check-layers check-client examples check-snippets
 	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged
@@ -93,6 +95,10 @@ demo: deps
 check-layers:
 	@./scripts/ensure-python3.sh
 	python3 scripts/check-layers.py --quiet
+
+# What a client of the library resolves: swift-log only (a throwaway client in .build-client).
+check-client:
+	SWIFT="$(SWIFT)" ./scripts/check-client-dependencies.sh
 
 # Every documented Swift snippet, built in one generated package (incremental after the first).
 check-snippets: deps
