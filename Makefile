@@ -21,8 +21,9 @@
 # resolves anything but swift-log.
 # make check-snippets (part of make test) builds every ```swift block of README.md, the DocC
 # articles, docs/*.md and the examples' READMEs, in one generated package under
-# .build-snippets, and runs those marked ```swift run. A block that is not a whole program
-# is marked ```swift fragment and is not built (scripts/check-snippets.py says more).
+# .build-snippets, and runs those marked <!-- snippet: run --> on the line before the fence.
+# A block that is not a whole program is marked <!-- snippet: fragment --> and is not built
+# (scripts/check-snippets.py and CONTRIBUTING.md say more).
 # make docs renders the DocC catalog with the swift-docc-plugin, which the manifest declares
 # only when LULL_DOCC is set (so that clients never resolve it).
 # make test-tsan runs the suite under ThreadSanitizer (scratch path .build-tsan); make stress

@@ -2,12 +2,20 @@
 """Builds every documented Swift snippet, so that none can rot (`make check-snippets`,
 part of `make test`).
 
-Every fenced block whose info string starts with `swift`, in the Markdown files git tracks
+Every fenced block whose info string starts with `swift`, in the Markdown files git knows
 (README.md, the DocC articles, docs/*.md, the examples' READMEs, ...), is one of:
 
-    ```swift            a whole program: it must compile as written (imports included)
-    ```swift run        the same, and it must also run to a zero exit status (20 s at most)
-    ```swift fragment   part of a program, or a declaration listing: not built
+    ```swift                    a whole program: it must compile as written (imports included)
+
+    <!-- snippet: run -->       the same, and it must also run to a zero exit status (20 s
+    ```swift                    at most)
+
+    <!-- snippet: fragment -->  part of a program, or a declaration listing: not built
+    ```swift
+
+The marker is an HTML comment on the line before the fence, which GitHub and DocC do not
+show (an info string such as `swift fragment` would be taken whole for the language and
+lose the highlighting).
 
 Each built block becomes an executable target of one generated package,
 .build-snippets/ (it depends on Lull by path), and one `swift build` builds them all:
@@ -29,13 +37,15 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PACKAGE = os.path.join(ROOT, ".build-snippets")
 RUN_TIMEOUT_SECONDS = 20
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*(.*)$")
+MARKER = re.compile(r"^\s*<!--\s*snippet:\s*([a-z]+)\s*-->\s*$")
+KINDS = ("run", "fragment")
 
 
 class Snippet:
-    def __init__(self, path, line, words, text):
+    def __init__(self, path, line, kind, text):
         self.path = path          # relative to ROOT
         self.line = line          # line number of the first line of code (1-based)
-        self.words = words        # the info string's words after `swift`
+        self.kind = kind          # "program", "run" or "fragment"
         self.text = text
 
     @property
@@ -45,7 +55,7 @@ class Snippet:
 
     @property
     def runs(self):
-        return "run" in self.words
+        return self.kind == "run"
 
 
 def markdown_files():
@@ -72,6 +82,11 @@ def snippets_in(path):
             continue
         indent, fence, info = match.groups()
         words = info.split()
+        marker = MARKER.match(lines[index - 1]) if index > 0 else None
+        kind = marker.group(1) if marker else "program"
+        if kind not in KINDS + ("program",):
+            raise SystemExit(f"check-snippets: {path}:{index}: unknown marker '{kind}' "
+                             f"(the markers are {', '.join(KINDS)})")
         body = []
         index += 1
         start = index + 1
@@ -85,7 +100,7 @@ def snippets_in(path):
             index += 1
         index += 1
         if words and words[0].lower() == "swift":
-            found.append(Snippet(path, start, [word.lower() for word in words[1:]], "\n".join(body) + "\n"))
+            found.append(Snippet(path, start, kind, "\n".join(body) + "\n"))
     return found
 
 
@@ -146,7 +161,7 @@ def main():
         if found:
             files += 1
         for snippet in found:
-            if "fragment" in snippet.words:
+            if snippet.kind == "fragment":
                 fragments += 1
             else:
                 snippets.append(snippet)
@@ -163,7 +178,7 @@ def main():
         shown = [line for line in lines if not re.match(r"^\[\d+/\d+\]|^Building|^Compiling|^Write|^Planning", line)]
         print("\n".join(shown))
         print("check-snippets: FAILED: a documented snippet does not build (the messages above name "
-              "its file and line; mark a block that is not a whole program ```swift fragment)")
+              "its file and line; mark a block that is not a whole program <!-- snippet: fragment -->)")
         return 1
     bin_path = os.path.join(PACKAGE, ".build", "debug")
     failures = 0
