@@ -196,7 +196,7 @@ struct WatchedObject {
     @discardableResult
     func finish() -> Bool {
         source.cancel()
-        return waitUntil { cancelled.isSet }
+        return cancelled.await()
     }
 }
 
@@ -568,7 +568,7 @@ extension LullSuite {
                 let inactive = try FileSystemObjectSource(path: directory.path, eventMask: .all, queue: queue, hub: hub)
                 inactive.setCancelHandler { cancelled.set() }
             }
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
             #expect(waitUntil { hub.snapshot.watches == 0 && !hub.snapshot.hasInstance })
         }
 
@@ -722,7 +722,7 @@ extension LullSuite {
                 let watched = WatchedObject(source, activate: false)
                 let start = monotonicNanoseconds()
                 source.activate()
-                #expect(waitUntil { watched.cancelled.isSet })
+                #expect(watched.cancelled.await())
                 #expect(monotonicNanoseconds() - start < 1_000_000_000, "the cancel handler took more than a second")
                 #expect(source.isCancelled)
                 #expect(!watched.registered.isSet)

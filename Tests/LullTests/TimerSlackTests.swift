@@ -151,7 +151,7 @@ extension LullSuite {
             // One lone fire first: the engine then judges deadlines sparse.
             let warmed = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
-            #expect(waitUntil { warmed.isSet })
+            #expect(warmed.await())
             let timer = EventSource.makeTimerSource(queue: WorkQueue.global())
             let fired = Counter()
             timer.setEventHandler { _ = fired.increment() }
@@ -185,7 +185,7 @@ extension LullSuite {
             let defaultSlack = lull_get_timer_slack()
             let warmed = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
-            #expect(waitUntil { warmed.isSet })
+            #expect(warmed.await())
             func pollerSlack() -> Int? {
                 let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .acquiring)
                 return poller == 0 ? nil : Self.timerSlack(ofThread: poller)
