@@ -159,7 +159,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(inSync.value?.qos == .userInitiated)
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
             // The queue itself is back at its QoS.
@@ -178,7 +178,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInteractive))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -195,7 +195,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -211,7 +211,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -246,7 +246,7 @@ extension LullSuite {
             // The block ahead of the item is raised, then the item itself.
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(itemSaw.value?.qos == .userInitiated)
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
@@ -263,7 +263,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -277,7 +277,7 @@ extension LullSuite {
                 waiting.set()
                 item.wait()
             }
-            #expect(waitUntil { waiting.isSet })
+            #expect(waiting.await())
             #expect(keepsHolding(for: .milliseconds(50)) { holder.seen?.qos == .userInitiated })
             holder.gate.open()
             #expect(holder.waitUntilThreadDropsBack(to: .userInitiated))

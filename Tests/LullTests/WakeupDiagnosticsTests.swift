@@ -130,9 +130,9 @@ extension LullSuite {
             source.activate()
             var byte: UInt8 = 1
             #expect(write(ends[1], &byte, 1) == 1)
-            #expect(waitUntil { readable.isSet })
+            #expect(readable.await())
             source.cancel()
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
             close(ends[0])
             close(ends[1])
             let report = try #require(RuntimeDiagnostics.stop())
