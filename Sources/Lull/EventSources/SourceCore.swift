@@ -118,6 +118,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
         /// Bits 3-5 are the `RegistrationPhase`.
         static let phaseBits = Flags(rawValue: 0b0011_1000)
         static let phaseShift: UInt8 = 3
+        /// `events` was iterated (once: a later iteration ends at once).
+        static let eventsIterated = Flags(rawValue: 1 << 6)
+        /// The cancel step took its handlers: an `events` channel claimed now is finished.
+        static let cancelStepTaken = Flags(rawValue: 1 << 7)
     }
 
     /// Where the source's registration with what it watches stands (see the type's doc
@@ -585,17 +589,40 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     private func finishCancellation() {
         // Handlers leave the state under the lock but are released after it (see setHandler).
-        var released = state.locked(ranked: .sourceCore) { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
+        var (released, channel) = state.locked(ranked: .sourceCore) { state -> ((cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)), SourceEventsChannel?) in
             defer {
                 state.eventHandler = nil
                 extras?.cancelHandler = nil
                 extras?.registrationHandler = nil
+                extras?.eventsChannel = nil  // it holds the core: no cycle survives the cancel
+                state.flags.insert(.cancelStepTaken)
             }
-            return (extras?.cancelHandler, (state.eventHandler, extras?.registrationHandler))
+            return ((extras?.cancelHandler, (state.eventHandler, extras?.registrationHandler)), extras?.eventsChannel)
         }
         released.cancel?.run(thread: ThreadState.current)
         kind.finished(self)
         released = (nil, (nil, nil))
+        // The `events` loop ends last: after the user's cancel handler, with what the kind
+        // owned let go.
+        channel?.sourceFinished()
+        channel = nil
+    }
+
+    // MARK: The events sequence
+
+    /// Claims the source for its one `events` iteration (docs/EventSources.md, "Events as an
+    /// async sequence"): the channel the loop, the event handler and the cancel step share,
+    /// or nil when the source was iterated before (that iteration ends at once). A source
+    /// whose cancel step already took its handlers gets a finished channel.
+    func claimEventsIteration() -> SourceEventsChannel? {
+        state.locked(ranked: .sourceCore) { state -> SourceEventsChannel? in
+            guard !state.flags.contains(.eventsIterated) else { return nil }
+            state.flags.insert(.eventsIterated)
+            let finished = state.flags.contains(.cancelStepTaken)
+            let channel = SourceEventsChannel(core: self, finished: finished)
+            if !finished { extrasBox().eventsChannel = channel }
+            return channel
+        }
     }
 }
 
@@ -607,6 +634,8 @@ class SourceExtras: @unchecked Sendable {
     var cancelHandler: SourceHandler?
     var registrationHandler: SourceHandler?
     var registrationError: EventSourceError?
+    /// The `events` loop's channel, told after the cancel handler ran (then let go).
+    var eventsChannel: SourceEventsChannel?
 }
 
 /// The core of every kind but timers: the kind's table of operations is a separate object
