@@ -11,9 +11,6 @@ import Synchronization
 /// cancelling the consuming task, or leaving the loop early, cancels the watcher. The
 /// watcher is iterated at most once: a second iteration ends at once.
 struct TreeWatcherChanges: AsyncSequence, Sendable {
-    typealias Element = [DirectoryTreeWatcher.Change]
-    typealias Failure = Never
-
     let watcher: DirectoryTreeWatcher
     let core: TreeWatcherCore
 
@@ -26,12 +23,12 @@ struct TreeWatcherChanges: AsyncSequence, Sendable {
     struct AsyncIterator: AsyncIteratorProtocol {
         fileprivate let loop: TreeWatcherLoop?
 
-        mutating func next(isolation actor: isolated (any Actor)? = #isolation) async -> Element? {
+        mutating func next(isolation actor: isolated (any Actor)? = #isolation) async -> [DirectoryTreeWatcher.Change]? {
             guard let loop else { return nil }
             return await loop.core.nextBatch(isolation: actor)
         }
 
-        mutating func next() async -> Element? {
+        mutating func next() async -> [DirectoryTreeWatcher.Change]? {
             await next(isolation: nil)
         }
     }
