@@ -124,6 +124,24 @@ extension LullSuite {
             #expect(await iterator.next() == nil)
         }
 
+        @Test func aChainOfElementsEachAddingTheNextNeverStalls() async throws {
+            let source = EventSource.makeUserDataAddSource(queue: WorkQueue(label: "lull.test.events.chain"))
+            let count = 20_000
+            let progress = Tally()
+            let chain = Task {
+                var total = 0
+                source.add(data: 1)
+                for await value in source.events {
+                    total += Int(value)
+                    progress.add(value)
+                    if total < count { source.add(data: 1) } else { break }
+                }
+                return total
+            }
+            #expect(await Self.eventually { progress.value >= UInt(count) }, "the chain stalled at \(progress.value)")
+            #expect(await chain.value == count)
+        }
+
         // MARK: Every kind
 
         @Test func userDataOrAndReplaceSourcesDeliverTheirMergedValue() async throws {

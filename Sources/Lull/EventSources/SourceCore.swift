@@ -610,6 +610,40 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     // MARK: The events sequence
 
+    /// For the `events` loop's `next()`: takes the next delivery on the calling thread,
+    /// without a job, when it is the source's next step — no job of the source posted or
+    /// running (the caller takes `scheduled`), activated, registered, not cancelled, the
+    /// registration handler done, something pending — and the only suspensions are the
+    /// loop's own `loopSuspensions` (the source stays suspended by them: the consumer is busy
+    /// again once it has the value). Returns the value the handler would have seen as
+    /// `data`; nil when the caller must resume and wait as usual. The kind's
+    /// `dataForDelivery` and `handlerReturned` run as for a delivery job, and the steps stay
+    /// one at a time (the token).
+    func takeDeliveryInline(loopSuspensions: Int) -> UInt? {
+        guard !isCancelled, pending.load(ordering: .acquiring) != 0,
+              !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return nil }
+        let seen = changes.load(ordering: .acquiring)
+        let due = state.locked(ranked: .sourceCore) { state -> Bool in
+            state.flags.contains(.activated) && Int(state.suspendCount) == loopSuspensions
+                && state.phase == .registered && !state.flags.contains(.registrationHandlerDue)
+        }
+        var value: UInt?
+        if due && !isCancelled {
+            assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a delivery taken inline while a job is posted")
+            let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
+            if merged != 0, let data = kind.dataForDelivery(self, merged: merged) {
+                delivered.store(data, ordering: .releasing)
+                value = data
+                if !isCancelled { kind.handlerReturned(self) }
+            }
+        }
+        scheduled.store(false, ordering: .releasing)
+        // What changed while this thread held the token is decided now (a cancel that found
+        // the token taken left the decision to its holder).
+        if changes.load(ordering: .acquiring) != seen { scheduleNext() }
+        return value
+    }
+
     /// Claims the source for its one `events` iteration (docs/EventSources.md, "Events as an
     /// async sequence"): the channel the loop, the event handler and the cancel step share,
     /// or nil when the source was iterated before (that iteration ends at once). A source

@@ -83,7 +83,18 @@ final class SourceEventsChannel: Sendable {
     /// Cancelling the task cancels the source; the loop then ends when the cancel handler
     /// ran.
     func next(isolation actor: isolated (any Actor)?) async -> UInt? {
-        await withTaskCancellationHandler {
+        // Fast path: events merged while the body ran are taken here, on the consumer's
+        // thread, with the source still suspended — no job, no hand-off between threads.
+        let inline = state.locked { state -> (buffered: UInt?, held: Int?) in
+            if !state.buffered.isEmpty { return (state.buffered.removeFirst(), nil) }
+            guard !state.finished, state.waiting == nil else { return (nil, nil) }
+            return (nil, state.held)
+        }
+        if let buffered = inline.buffered { return buffered }
+        if let held = inline.held, held > 0, !Task.isCancelled, let value = core.takeDeliveryInline(loopSuspensions: held) {
+            return value
+        }
+        return await withTaskCancellationHandler {
             await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<UInt?, Never>) in
                 let (answer, resumes) = state.locked { state -> (UInt??, Int) in
                     if !state.buffered.isEmpty { return (.some(state.buffered.removeFirst()), 0) }
