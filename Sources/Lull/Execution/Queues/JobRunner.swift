@@ -22,11 +22,7 @@ enum JobRunner {
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()
             thread.withJobContext(job.context) {
-                if let group = job.group {
-                    group.running(on: thread) { thread.withQoS(qos, block) }
-                } else {
-                    thread.withQoS(qos, block)
-                }
+                thread.withQoS(qos, block)
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
         case .posted(let work):
