@@ -37,6 +37,7 @@ public final class WorkSemaphore: Sendable {
 
         /// Takes a wake-up left for a waiter, or lists `parker` (first or last).
         mutating func takeWakeupOrPark(_ parker: Parker, first: Bool) -> Bool {
+            assert(wakeups >= 0, "a negative count of owed wake-ups")
             if wakeups > 0 {
                 wakeups -= 1
                 return true
