@@ -8,10 +8,10 @@ import Glibc
 /// (SIGTERM to its process group), killed if it has not exited after the grace period, and
 /// started again once it has exited. A process source on its pid tells when it exits.
 ///
-/// `@unchecked Sendable`: the mutable state is touched only by blocks on `queue` (the public
-/// methods hop onto it; the process source and the kill timer deliver to it), which runs one
-/// block at a time.
-final class CommandRunner: @unchecked Sendable {
+/// The mutable state lives in a `QueueBound` owned by `queue` (the public methods hop onto
+/// it; the process source and the kill timer deliver to it): every access checks that it
+/// runs there, so the runner is `Sendable` without a lock and without `@unchecked`.
+final class CommandRunner: Sendable {
     private enum State {
         case idle
         case running(Child)
@@ -34,15 +34,35 @@ final class CommandRunner: @unchecked Sendable {
     private let grace: Duration
     private let queue: WorkQueue
     private let say: @Sendable (String) -> Void
-    private var state = State.idle
-    private var killTimer: TimerSource?
-    private var runs = 0
+    /// What changes while the runner works, reachable only on `queue`.
+    private struct Owned {
+        var state = State.idle
+        var killTimer: TimerSource?
+        var runs = 0
+    }
+
+    private let owned: QueueBound<Owned>
+
+    // The owned fields, read and written on `queue` (checked).
+    private var state: State {
+        get { owned.value.state }
+        set { owned.value.state = newValue }
+    }
+    private var killTimer: TimerSource? {
+        get { owned.value.killTimer }
+        set { owned.value.killTimer = newValue }
+    }
+    private var runs: Int {
+        get { owned.value.runs }
+        set { owned.value.runs = newValue }
+    }
 
     init(command: [String], grace: Duration, queue: WorkQueue, say: @escaping @Sendable (String) -> Void) {
         self.command = command
         self.grace = grace
         self.queue = queue
         self.say = say
+        owned = QueueBound(Owned(), on: queue)
     }
 
     /// Starts the command, or restarts it if it runs.
