@@ -87,6 +87,25 @@ extension LullSuite {
             #expect(syncBarrier)
         }
 
+        @Test func concurrentPerformIterationsRunOnTheCallersQueue() {
+            let queue = WorkQueue(label: "lull.test.port.apply")
+            let key = SpecificKey<String>()
+            queue.setSpecific(key: key, value: "apply")
+            let misses = Counter()
+            let done = Flag()
+            queue.async {
+                WorkQueue.concurrentPerform(iterations: 64) { _ in
+                    if !Self.holds(.onQueue(queue)) || WorkQueue.getSpecific(key: key) != "apply" {
+                        misses.increment()
+                    }
+                    spin(microseconds: 200)
+                }
+                done.set()
+            }
+            #expect(waitUntil { done.isSet })
+            #expect(misses.value == 0)
+        }
+
         @Test func workPreconditionPassesWhereItHolds() {
             let queue = WorkQueue(label: "lull.test.port.passes")
             let done = Flag()
