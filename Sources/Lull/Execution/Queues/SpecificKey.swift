@@ -53,13 +53,13 @@ extension WorkQueue {
     /// Stores `value` on this queue under `key` (nil removes it). The queue holds the value
     /// until it is replaced or removed, or the queue is released.
     public func setSpecific<Value>(key: SpecificKey<Value>, value: Value?) {
-        let old = specifics.withLock { $0.set(value, for: key.id) }
+        let old = specifics.locked { $0.set(value, for: key.id) }
         _ = old  // released here, after the lock: a value's deinit may use the queue
     }
 
     /// The value stored on this queue under `key`, or nil.
     public func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
-        specifics.withLock { $0.value(for: key.id) } as? Value
+        specifics.locked { $0.value(for: key.id) } as? Value
     }
 
     /// The value under `key` on the queue `thread` runs a block of, or else on the nearest

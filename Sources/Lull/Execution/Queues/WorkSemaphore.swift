@@ -70,7 +70,7 @@ public final class WorkSemaphore: Sendable {
     @discardableResult
     public func signal() -> Int {
         if count.add(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return 0 }
-        let parker = waiters.withLock { waiters -> Parker? in
+        let parker = waiters.locked { waiters -> Parker? in
             if waiters.parked.isEmpty {
                 waiters.wakeups += 1
                 return nil
@@ -96,11 +96,11 @@ public final class WorkSemaphore: Sendable {
 
     private func waitForSignal(until timeout: Deadline) -> WaitResult {
         let parker = Parker()
-        if waiters.withLock({ $0.takeWakeupOrPark(parker, first: false) }) { return .success }
+        if waiters.locked({ $0.takeWakeupOrPark(parker, first: false) }) { return .success }
         if WorkerPool.blocking({ parker.park(until: timeout) }) { return .success }
         // Timed out. Off the list, unless a signal took this waiter off already (its unpark
         // is then on its way, to a parker no one waits on any more: the wait succeeded).
-        let listed = waiters.withLock { waiters -> Bool in
+        let listed = waiters.locked { waiters -> Bool in
             guard let index = waiters.parked.firstIndex(where: { $0 === parker }) else { return false }
             waiters.parked.remove(at: index)
             return true
@@ -115,13 +115,13 @@ public final class WorkSemaphore: Sendable {
             current = original
         }
         // A signal counted this waiter: it wakes the first listed waiter or leaves a wake-up.
-        if waiters.withLock({ $0.takeWakeupOrPark(parker, first: true) }) { return .success }
+        if waiters.locked({ $0.takeWakeupOrPark(parker, first: true) }) { return .success }
         WorkerPool.blocking { parker.park() }
         return .success
     }
 
     /// Waiters parked now (for tests).
     var parkedCount: Int {
-        waiters.withLock { $0.parked.count }
+        waiters.locked { $0.parked.count }
     }
 }
