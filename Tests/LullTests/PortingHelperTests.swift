@@ -179,6 +179,32 @@ extension LullSuite {
             #expect(cleared.isSet)
         }
 
+        /// Values set and removed from several threads while blocks look them up: every
+        /// lookup sees a value that was set (or none), never a torn or foreign one.
+        @Test func specificValuesRaceLookups() {
+            let key = SpecificKey<Int>()
+            let target = WorkQueue(label: "lull.test.port.specific-race-target")
+            let queue = WorkQueue(label: "lull.test.port.specific-race", target: target)
+            target.setSpecific(key: key, value: -1)
+            let wrong = Counter()
+            let lookups = Counter()
+            for _ in 0..<200 {
+                queue.async {
+                    let value = WorkQueue.getSpecific(key: key)
+                    if value == nil || !(value! == -1 || (0..<4).contains(value!)) { wrong.increment() }
+                    lookups.increment()
+                }
+            }
+            SourceTestKit.runThreads(4) { index in
+                for round in 0..<100 {
+                    queue.setSpecific(key: key, value: round % 2 == 0 ? index : nil)
+                    _ = queue.getSpecific(key: key)
+                }
+            }
+            #expect(waitUntil { lookups.value == 200 })
+            #expect(wrong.value == 0)
+        }
+
         // MARK: QueueBound
 
         @Test func queueBoundStateIsReachableOnItsQueue() {

@@ -129,6 +129,9 @@ extension IndependentSuite {
                 semaphore?.wait()
                 semaphore?.signal()
                 semaphore?.signal()
+                // A wait that timed out gave its decrement back.
+                let empty = WorkSemaphore(value: 0)
+                _ = empty.wait(timeout: .now() + .milliseconds(1))
                 semaphore = nil
                 _ = semaphore
             }
