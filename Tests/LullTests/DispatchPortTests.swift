@@ -78,6 +78,7 @@ private final class SquareTotaler: @unchecked Sendable {  // state touched only 
         let timer = EventSource.makeTimerSource(queue: stateQueue)
         timer.schedule(deadline: .now(), repeating: .milliseconds(5), leeway: .milliseconds(1))
         timer.setEventHandler {
+            workPrecondition(condition: .onQueue(self.stateQueue))
             self.ticks += 1
             if self.ticks == count { timer.cancel() }
         }
@@ -92,6 +93,7 @@ private final class SquareTotaler: @unchecked Sendable {  // state touched only 
         let finished = WorkSemaphore(value: 0)
         let source = EventSource.makeUserDataAddSource(queue: stateQueue)
         source.setEventHandler {
+            workPrecondition(condition: .onQueue(self.stateQueue))
             self.progress += source.data
             if self.progress == UInt(count) { finished.signal() }
         }

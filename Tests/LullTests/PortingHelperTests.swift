@@ -231,6 +231,18 @@ extension LullSuite {
             #expect(state.sync { $0.bytes } == 0)
         }
 
+        @Test func queueBoundUpdatesFromManyThreadsAllLand() {
+            let queue = WorkQueue(label: "lull.test.port.bound-race")
+            let tally = QueueBound([Int: Int](), on: queue)
+            SourceTestKit.runThreads(4) { index in
+                for _ in 0..<250 {
+                    tally.async { $0[index, default: 0] += 1 }
+                }
+            }
+            let counts = tally.sync { $0 }
+            #expect(counts == [0: 250, 1: 250, 2: 250, 3: 250])
+        }
+
         // MARK: Time
 
         @Test func deadlinePlusSecondsIsInNanoseconds() {
