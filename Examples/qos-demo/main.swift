@@ -47,7 +47,8 @@ func fixed(_ value: Double, _ decimals: Int) -> String {
 
 let classes: [QoS.QoSClass] = [.userInteractive, .userInitiated, .default, .utility, .background]
 let chunks = 8
-let chunkSize = 400_000
+// QOS_DEMO_CHUNK_SIZE makes the work smaller or larger (the tests run a small one).
+let chunkSize = getenv("QOS_DEMO_CHUNK_SIZE").flatMap { Int(String(cString: $0)) } ?? 400_000
 let start = Deadline.now()
 let finished = Mutex<[(QoS.QoSClass, Double, Int32, String)]>([])
 let group = WorkGroup()

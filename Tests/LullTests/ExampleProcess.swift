@@ -18,7 +18,8 @@ final class ExampleProcess {
     private var received: [UInt8] = []
     private var exitStatus: Int32?
 
-    init(_ name: String, _ arguments: [String]) throws {
+    /// Starts the example `name` with `arguments`, in the test's environment plus `environment`.
+    init(_ name: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         self.name = name
         let path = try ExecutableLocator.path(of: name)
         var fds: [Int32] = [-1, -1]
@@ -48,8 +49,16 @@ final class ExampleProcess {
         var argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) }
         argv.append(nil)
         defer { for argument in argv { free(argument) } }
+        var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") }
+        var inherited = environ
+        while let entry = inherited.pointee {
+            envp.append(strdup(entry))
+            inherited += 1
+        }
+        envp.append(nil)
+        defer { for entry in envp { free(entry) } }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+        let result = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
         close(fds[1])
         guard result == 0 else {
             close(fds[0])

@@ -144,7 +144,7 @@ extension LullSuite {
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
-        // MARK: Synchronous inversion: sync, WorkItem.wait, WorkGroup.wait
+        // MARK: Synchronous inversion: sync, WorkItem.wait (WorkGroup.wait raises nothing)
 
         @Test func syncFromAMoreImportantThreadRaisesTheDrainItWaitsFor() {
             let queue = WorkQueue(label: "lull.test.override.sync", qos: .utility)
@@ -251,17 +251,21 @@ extension LullSuite {
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
-        @Test func waitingOnAGroupRaisesTheThreadsRunningItsBlocks() {
+        @Test func waitingOnAGroupRaisesNothing() {
+            // The contract: a group has no owner to raise; its blocks keep their QoS.
             let group = WorkGroup()
             let holder = Holder()
             WorkQueue.global(qos: .utility).async(group: group, execute: holder.block)
             #expect(holder.waitUntilRunning(at: .utility))
+            let waiting = Flag()
             let waited = Flag()
             WorkQueue.global(qos: .userInitiated).async {
+                waiting.set()
                 group.wait()
                 waited.set()
             }
-            #expect(holder.waitUntilRunning(at: .userInitiated))
+            #expect(waitUntil { waiting.isSet })
+            #expect(keepsHolding(for: .milliseconds(50)) { holder.seen?.qos == .utility })
             holder.gate.open()
             #expect(waited.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
