@@ -60,6 +60,13 @@ let package = Package(
             dependencies: ["Lull"],
             path: "Tests/LullPriorityProbe"
         ),
+        // A test helper: GlobalExecutor.install() is process-wide, so its checks run in
+        // children (Tests/LullTests/GlobalExecutorTests.swift runs it).
+        .executableTarget(
+            name: "lull-executor-probe",
+            dependencies: ["Lull"],
+            path: "Tests/LullExecutorProbe"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

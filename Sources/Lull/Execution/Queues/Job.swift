@@ -11,6 +11,13 @@ struct Job: Sendable {
         /// Work the object performs itself (a source's next step, a drain of posted cancel
         /// steps): it knows what, so posting it allocates nothing.
         case posted(PostedWork)
+        /// A Swift job (a task's next slice, an actor's turn) enqueued on the queue as an
+        /// executor; the queue runs it as its executor (see `WorkQueue+Executor.swift`). Two
+        /// words, like a block: no allocation per job.
+        case swiftJob(UnownedJob, WorkQueue)
+        /// A Swift job enqueued on one of Lull's process-wide executors (the default or main
+        /// executor `GlobalExecutor.install()` installs), which runs it as itself.
+        case hostedSwiftJob(UnownedJob, SwiftJobHost)
     }
 
     var work: Work

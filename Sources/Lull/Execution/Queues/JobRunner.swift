@@ -44,6 +44,20 @@ enum JobRunner {
                 thread.withQoS(qos) { work.performPostedWork() }
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
+        case .swiftJob(let swiftJob, let queue):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let cpu = Diagnostics.cpuClock()
+            thread.withJobContext(job.context) {
+                thread.withQoS(qos) { queue.runSwiftJob(swiftJob) }
+            }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
+        case .hostedSwiftJob(let swiftJob, let host):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let cpu = Diagnostics.cpuClock()
+            thread.withJobContext(job.context) {
+                thread.withQoS(qos) { host.runSwiftJob(swiftJob) }
+            }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
         case .item(let item):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()

@@ -1,0 +1,107 @@
+import CLullShims
+import Synchronization
+#if compiler(>=6.3) && os(Linux)
+@_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
+#endif
+
+/// Swift concurrency's global and main executors on Lull: call once, before the first task.
+///
+/// Once installed, every task's jobs run on Lull's worker pool at the QoS of the task's
+/// priority (high and userInitiated → userInitiated, medium → default, low and utility →
+/// utility, background → background, none → default); `Task.sleep` on the continuous and
+/// suspending clocks becomes a Lull timer whose leeway is the `tolerance` (never less than
+/// the default leeway of the task's QoS; nil: that default), so sleeps whose windows
+/// overlap wake the process once; and MainActor jobs run on `WorkQueue.main`, drained by
+/// `WorkQueue.runMain()`.
+///
+/// The install goes through the Swift runtime's custom-executor support
+/// (`_createExecutors(factory:)`, SPI in the Swift 6.3 toolchains): known to work with Swift
+/// 6.3.1 on Linux. Where the compiler is older or the platform is not Linux, `install()`
+/// throws ``GlobalExecutorError/unsupported`` and nothing changes.
+///
+/// Call it from synchronous code before any task starts, then start work and call
+/// `WorkQueue.runMain()`:
+///
+/// ```swift
+/// import Lull
+///
+/// try GlobalExecutor.install()
+/// Task { @MainActor in
+///     try await Task.sleep(for: .seconds(1), tolerance: .milliseconds(200))
+///     print("on the main queue")
+/// }
+/// WorkQueue.runMain()
+/// ```
+///
+/// An `async` main is already a task when its body starts, running on the platform's main
+/// executor, whose run loop the runtime started before the program's first line: so a
+/// program that installs uses a synchronous main and `WorkQueue.runMain()`, and `install()`
+/// called from any task throws ``GlobalExecutorError/tooLate`` and changes nothing. Tasks
+/// started from plain threads before the install cannot be detected: their later jobs
+/// run on Lull's executors.
+public enum GlobalExecutor {
+    private static let installed = Atomic<Bool>(false)
+
+    /// Makes Lull Swift concurrency's default and main executor.
+    /// - Throws: ``GlobalExecutorError``: already installed, called from a task, or the
+    ///   toolchain has no custom-executor support. Nothing changes when it throws.
+    public static func install() throws {
+        #if compiler(>=6.3) && os(Linux)
+        if lull_in_swift_task() != 0 { throw GlobalExecutorError.tooLate }
+        guard installed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            throw GlobalExecutorError.alreadyInstalled
+        }
+        let runtime = Runtime.shared
+        LullExecutorFactory.executors.withLock { executors in
+            executors = (PoolTaskExecutor(roots: runtime.roots, timers: runtime.timers),
+                         MainQueueExecutor(roots: runtime.roots, timers: runtime.timers))
+        }
+        _createExecutors(factory: LullExecutorFactory.self)
+        #else
+        throw GlobalExecutorError.unsupported
+        #endif
+    }
+
+    /// Whether `install()` has made Lull the default and main executor.
+    public static var isInstalled: Bool {
+        installed.load(ordering: .acquiring)
+    }
+}
+
+/// Why `GlobalExecutor.install()` did not install; nothing changed.
+public enum GlobalExecutorError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// `install()` succeeded before.
+    case alreadyInstalled
+    /// Called from a task (an `async` main among them): tasks already run on the previous
+    /// executors. Install from synchronous code before the first task.
+    case tooLate
+    /// This toolchain or platform has no custom-executor support (Lull needs Swift 6.3 or
+    /// later on Linux).
+    case unsupported
+
+    public var description: String {
+        switch self {
+        case .alreadyInstalled: "GlobalExecutor.install(): Lull's executors are installed already"
+        case .tooLate: "GlobalExecutor.install(): called from a task; install before the first task starts"
+        case .unsupported: "GlobalExecutor.install(): the Swift runtime here has no custom-executor support (needs Swift 6.3 or later on Linux)"
+        }
+    }
+}
+
+#if compiler(>=6.3) && os(Linux)
+/// The factory `_createExecutors(factory:)` reads once, right after `install()` stored the
+/// two executors it hands out.
+struct LullExecutorFactory: ExecutorFactory {
+    static let executors = Mutex<(PoolTaskExecutor, MainQueueExecutor)?>(nil)
+
+    static var mainExecutor: any MainExecutor {
+        guard let main = executors.withLock({ $0?.1 }) else { lullFatal("the main executor is read before install()") }
+        return main
+    }
+
+    static var defaultExecutor: any TaskExecutor {
+        guard let pool = executors.withLock({ $0?.0 }) else { lullFatal("the default executor is read before install()") }
+        return pool
+    }
+}
+#endif

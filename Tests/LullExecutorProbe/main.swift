@@ -1,0 +1,172 @@
+// lull-executor-probe: a test helper (Tests/LullTests/GlobalExecutorTests.swift).
+//
+// Usage: lull-executor-probe <mode>
+//
+// `GlobalExecutor.install()` is process-wide and must come before the first task, so each
+// of its checks runs in a fresh process. Each mode prints lines "<key> <value>..." and
+// exits 0 once done:
+//   priority  install, then one task per priority prints its QoS.current and its thread
+//   sleep     install, record wake-ups, 40 tasks sleep with overlapping tolerance windows
+//   main      install, MainActor jobs run on WorkQueue.main inside runMain()
+//   errors    install from a task (too late), then twice (already installed)
+import Lull
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+func finish() -> Never {
+    say("done")
+    exit(0)
+}
+
+/// The calling thread's name ("lull.default", ...), from /proc/thread-self/comm.
+func threadName() -> String {
+    let descriptor = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { return "?" }
+    defer { close(descriptor) }
+    var buffer = [UInt8](repeating: 0, count: 32)
+    let count = read(descriptor, &buffer, buffer.count)
+    guard count > 0 else { return "?" }
+    return String(decoding: buffer[0..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+}
+
+/// Whether the calling thread is the process's main thread (/proc/thread-self names
+/// "<pid>/task/<tid>", and the main thread's tid is the pid).
+func isMainThread() -> Bool {
+    var buffer = [CChar](repeating: 0, count: 64)
+    let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+    guard count > 0 else { return false }
+    let path = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return path == "\(getpid())/task/\(getpid())"
+}
+
+/// A counter tasks share.
+final class SharedCount: Sendable {
+    let value: Atomic<Int>
+    init(_ initial: Int) { value = Atomic(initial) }
+    /// Lowers the count; true for the call that reaches zero.
+    func countDown() -> Bool { value.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 }
+}
+
+func install() {
+    do {
+        try GlobalExecutor.install()
+    } catch {
+        say("install-error \(error)")
+        exit(1)
+    }
+    say("installed \(GlobalExecutor.isInstalled)")
+}
+
+func priorityMode() -> Never {
+    install()
+    let priorities: [(String, TaskPriority)] = [("high", .high), ("medium", .medium), ("low", .low),
+                                                ("background", .background), ("userInitiated", .userInitiated),
+                                                ("utility", .utility)]
+    let left = SharedCount(priorities.count + 1)
+    for (name, priority) in priorities {
+        Task(priority: priority) {
+            say("priority \(name) \(QoS.current.qosClass) \(threadName())")
+            if left.countDown() { finish() }
+        }
+    }
+    Task.detached {
+        // No priority of its own (a detached task from a thread outside any task).
+        say("priority none \(QoS.current.qosClass) \(threadName())")
+        if left.countDown() { finish() }
+    }
+    WorkQueue.runMain()
+}
+
+func sleepMode() -> Never {
+    install()
+    do { try RuntimeDiagnostics.start() } catch {
+        say("diagnostics-error \(error)")
+        exit(1)
+    }
+    let count = 40
+    let left = SharedCount(count)
+    let early = SharedCount(0)
+    let clock = ContinuousClock()
+    for index in 0..<count {
+        // Windows [200 + 2i, 350 + 2i] ms: all share [278, 350], one wake-up is optimal.
+        let delay = Duration.milliseconds(200 + 2 * index)
+        Task {
+            let start = clock.now
+            try? await Task.sleep(for: delay, tolerance: .milliseconds(150))
+            if start.duration(to: clock.now) < delay { early.value.add(1, ordering: .relaxed) }
+            if left.countDown() {
+                guard let report = RuntimeDiagnostics.stop() else {
+                    say("no-report")
+                    exit(1)
+                }
+                say("sleep timer-wakeups \(report.wakeups.timer.count) optimal \(report.coalescing.optimalWakeups) "
+                    + "early \(early.value.load(ordering: .relaxed))")
+                finish()
+            }
+        }
+    }
+    WorkQueue.runMain()
+}
+
+@MainActor func onMainActor(_ label: String) {
+    say("\(label) main-thread \(isMainThread()) main-queue \(WorkQueue.main.isIsolatingCurrentContext() == true)")
+}
+
+func mainMode() -> Never {
+    install()
+    Task { @MainActor in
+        onMainActor("mainactor")
+        await Task.detached { say("detached main-thread \(isMainThread())") }.value
+        onMainActor("resumed")
+        try? await Task.sleep(for: .milliseconds(10), tolerance: .milliseconds(5))
+        onMainActor("slept")
+        WorkQueue.main.async {
+            MainActor.assumeIsolated { onMainActor("assumed") }
+            finish()
+        }
+    }
+    WorkQueue.runMain()
+}
+
+func errorsMode() -> Never {
+    let fromTask = Mutex<String?>(nil)
+    let done = Atomic<Bool>(false)
+    Task.detached {
+        do {
+            try GlobalExecutor.install()
+            fromTask.withLock { $0 = "installed" }
+        } catch {
+            fromTask.withLock { $0 = "\(error)" }
+        }
+        done.store(true, ordering: .releasing)
+    }
+    while !done.load(ordering: .acquiring) { usleep(1_000) }
+    say("from-task \(fromTask.withLock { $0 ?? "" })")
+    say("installed-after-task \(GlobalExecutor.isInstalled)")
+    install()
+    do {
+        try GlobalExecutor.install()
+        say("second installed")
+    } catch {
+        say("second \(error)")
+    }
+    finish()
+}
+
+switch CommandLine.arguments.dropFirst().first {
+case "priority": priorityMode()
+case "sleep": sleepMode()
+case "main": mainMode()
+case "errors": errorsMode()
+default:
+    say("usage: lull-executor-probe priority|sleep|main|errors")
+    exit(2)
+}

@@ -1,0 +1,85 @@
+import Glibc
+import Testing
+import Lull
+
+/// `GlobalExecutor.install()` is process-wide and comes before the first task, so each
+/// check runs `lull-executor-probe` in a child and reads what it printed.
+extension IndependentSuite {
+    @Suite(.serialized) struct GlobalExecutorTests {
+        /// Runs the probe in `mode` to its end; its output lines.
+        static func probe(_ mode: String) throws -> [Substring] {
+            let process = try ExampleProcess("lull-executor-probe", [mode])
+            let status = process.waitForExit()
+            let text = process.text
+            #expect(status == 0, "the probe (\(mode)) ended with \(String(describing: status)): \(text)")
+            return text.split(separator: "\n")
+        }
+
+        /// The words of the line that starts with `key` and then `word`, after those two.
+        static func fields(_ lines: [Substring], _ key: String, _ word: String) -> [Substring]? {
+            lines.lazy.map { $0.split(separator: " ") }.first { $0.count >= 2 && $0[0] == key && $0[1] == word }.map { Array($0.dropFirst(2)) }
+        }
+
+        @Test func tasksRunOnTheWorkerPoolAtTheQoSOfTheirPriority() throws {
+            let lines = try Self.probe("priority")
+            let expected: [(String, String, String)] = [
+                ("high", "userInitiated", "lull.user-init"), ("userInitiated", "userInitiated", "lull.user-init"),
+                ("medium", "default", "lull.default"), ("low", "utility", "lull.utility"),
+                ("utility", "utility", "lull.utility"), ("background", "background", "lull.background"),
+                ("none", "default", "lull.default"),
+            ]
+            for (priority, qos, worker) in expected {
+                let seen = Self.fields(lines, "priority", priority)
+                #expect(seen == [Substring(qos), Substring(worker)], "priority \(priority): \(lines)")
+            }
+        }
+
+        @Test func sleepsWithOverlappingTolerancesShareAWakeUp() throws {
+            let lines = try Self.probe("sleep")
+            let seen = try #require(Self.fields(lines, "sleep", "timer-wakeups"), "\(lines)")
+            // "<wake-ups> optimal <optimum> early <count>"
+            try #require(seen.count == 5, "\(lines)")
+            let wakeups = try #require(Int(seen[0]))
+            let optimum = try #require(Int(seen[2]))
+            let early = try #require(Int(seen[4]))
+            // 40 sleeps whose windows all overlap: through Lull's timers (at least one
+            // wake-up recorded) and coalesced (not one wake-up per sleep), none early.
+            #expect(wakeups >= 1, "the sleeps did not reach Lull's timers: \(lines)")
+            #expect(wakeups <= max(optimum, 1) + 1, "\(wakeups) wake-ups for an optimum of \(optimum): \(lines)")
+            #expect(early == 0)
+        }
+
+        @Test func mainActorJobsRunOnTheMainQueueInsideRunMain() throws {
+            let lines = try Self.probe("main")
+            #expect(Self.fields(lines, "mainactor", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
+            #expect(Self.fields(lines, "detached", "main-thread") == ["false"], "\(lines)")
+            #expect(Self.fields(lines, "resumed", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
+            #expect(Self.fields(lines, "slept", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
+            #expect(Self.fields(lines, "assumed", "main-thread") == ["true", "main-queue", "true"], "\(lines)")
+        }
+
+        @Test func installFromATaskOrTwiceThrowsAndChangesNothing() throws {
+            let lines = try Self.probe("errors")
+            let fromTask = lines.first { $0.hasPrefix("from-task ") }
+            #expect(fromTask?.contains("called from a task") == true, "\(lines)")
+            #expect(lines.contains("installed-after-task false"), "\(lines)")
+            #expect(lines.contains("installed true"), "\(lines)")
+            let second = lines.first { $0.hasPrefix("second ") }
+            #expect(second?.contains("installed already") == true, "\(lines)")
+        }
+
+        @Test func withoutInstallNothingChanges() async {
+            // This process never installs: tasks run on the platform's executors.
+            #expect(!GlobalExecutor.isInstalled)
+            let name = await Task.detached { () -> String in
+                let descriptor = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
+                guard descriptor >= 0 else { return "?" }
+                defer { close(descriptor) }
+                var buffer = [UInt8](repeating: 0, count: 32)
+                let count = read(descriptor, &buffer, buffer.count)
+                return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : "?"
+            }.value
+            #expect(!name.hasPrefix("lull."), "a task ran on Lull's worker \(name) without install()")
+        }
+    }
+}
