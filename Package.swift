@@ -11,8 +11,14 @@ let package = Package(
         .library(name: "Lull", targets: ["Lull"]),
         .executable(name: "timerfires", targets: ["timerfires"]),
     ],
+    traits: [
+        // Off by default: SwiftPM resolves a trait's dependencies only when it is on, and
+        // swift-service-context brings swift-distributed-tracing with it.
+        .trait(name: "ServiceContext", description: "Activities carry a ServiceContext (swift-service-context) into blocks and tasks"),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
@@ -36,6 +42,8 @@ let package = Package(
                 "LullDiagnosticsFormat",
                 "LullWakeupReport",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
             ],
             swiftSettings: strictSettings
         ),
@@ -76,7 +84,11 @@ let package = Package(
         ),
         .executableTarget(
             name: "activities",
-            dependencies: ["Lull"],
+            dependencies: [
+                "Lull",
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
+            ],
             path: "Examples/activities",
             exclude: ["README.md"],
             swiftSettings: strictSettings
@@ -112,7 +124,9 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit", "LullDiagnosticsFormat", "LullWakeupReport"],
+            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit", "LullDiagnosticsFormat", "LullWakeupReport",
+                           .product(name: "ServiceContextModule", package: "swift-service-context",
+                                    condition: .when(traits: ["ServiceContext"]))],
             swiftSettings: strictSettings
         ),
     ],

@@ -8,8 +8,14 @@ extension ExecutionContext {
     /// or throws.
     public static func withActivity<T>(_ name: String, isolation: isolated (any Actor)? = #isolation,
                                        _ body: () async throws -> T) async rethrows -> T {
-        let activity = ExecutionContext(id: ExecutionContext.nextID.wrappingAdd(1, ordering: .relaxed).oldValue,
-                                        parentID: current.activityID, name: name)
-        return try await ExecutionContext.$taskContext.withValue(activity, operation: body)
+        try await withTaskActivity(.startingActivity(name, under: current), body)
+    }
+
+    /// Binds `activity` (and its ServiceContext) to the task for `body`.
+    static func withTaskActivity<T>(_ activity: ExecutionContext, isolation: isolated (any Actor)? = #isolation,
+                                    _ body: () async throws -> T) async rethrows -> T {
+        try await ExecutionContext.$taskContext.withValue(activity) {
+            try await activity.bindingServiceContext(body)
+        }
     }
 }
