@@ -80,6 +80,17 @@ extension LullSuite {
             await #expect(throws: CancellationError.self) { try await task.value }
         }
 
+        /// The tolerance is the leeway; without one, the QoS class's default for the delay.
+        @Test func aSleepsLeewayIsItsToleranceOrItsClassDefault() {
+            #expect(SleepTimer.leeway(tolerance: .milliseconds(500), delay: 1_000_000_000, qosClass: .background) == 500_000_000)
+            #expect(SleepTimer.leeway(tolerance: .zero, delay: 1_000_000_000, qosClass: .background) == 0)
+            #expect(SleepTimer.leeway(tolerance: .milliseconds(-3), delay: 1_000_000_000, qosClass: .default) == 0)
+            #expect(SleepTimer.leeway(tolerance: nil, delay: 1_000_000_000, qosClass: .default) == 1_000_000)
+            #expect(SleepTimer.leeway(tolerance: nil, delay: 1_000_000_000, qosClass: .utility) == 10_000_000)
+            #expect(SleepTimer.leeway(tolerance: nil, delay: 1_000_000_000, qosClass: .background) == 100_000_000)
+            #expect(SleepTimer.leeway(tolerance: nil, delay: 4_000_000, qosClass: .default) == 500_000)
+        }
+
         @Test func deadlineIsAnInstant() {
             let start = Deadline(uptimeNanoseconds: 5_000_000_000)
             #expect(start.advanced(by: .milliseconds(1_500)) == Deadline(uptimeNanoseconds: 6_500_000_000))
