@@ -33,6 +33,10 @@
 SWIFT      ?= swift
 SWIFTFLAGS ?=
 WERROR     ?= -Xswiftc -warnings-as-errors
+# The library's optional traits, on in every build of the tests so that their code is tested
+# too (a client builds without them unless it asks; make check-client and make
+# check-snippets build the library as a client does).
+TRAITS     ?= --traits ServiceContext
 BENCH_ARGS ?=
 # Seeds of the long stress runs; each case runs in a child process of its own, so that a
 # crash is logged with its seed and shrunk (see StressConfiguration.swift for LULL_STRESS_*).
@@ -57,7 +61,7 @@ bench-deps: deps
 	@./scripts/ensure-inotify-tools.sh
 
 build: deps
-	$(SWIFT) build $(SWIFTFLAGS)
+	$(SWIFT) build $(TRAITS) $(SWIFTFLAGS)
 
 # The example programs and the tools, which the tests start as child processes (debug builds).
 examples: deps
@@ -65,8 +69,8 @@ examples: deps
 	$(SWIFT) build --package-path Tools $(WERROR) $(SWIFTFLAGS)
 
 test: deps check-layers check-client examples check-snippets
-	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
-	$(SWIFT) test --skip-build $(SWIFTFLAGS)
+	$(SWIFT) build $(TRAITS) --build-tests $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) test $(TRAITS) --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged
 
 # The priority, signal and limit suites again as nobody (as root; otherwise it says it skips).
@@ -74,19 +78,19 @@ test-unprivileged:
 	SWIFT="$(SWIFT)" SWIFTFLAGS="$(SWIFTFLAGS)" ./scripts/test-unprivileged.sh
 
 test-tsan: deps examples
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(WERROR) $(SWIFTFLAGS)
-	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
+	$(SWIFT) build $(TRAITS) --build-tests --sanitize=thread --scratch-path .build-tsan $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) test $(TRAITS) --skip-build --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
 
 stress: deps
-	$(SWIFT) build --build-tests $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) build $(TRAITS) --build-tests $(WERROR) $(SWIFTFLAGS)
 	LULL_STRESS_ROUNDS=$(STRESS_ROUNDS) LULL_STRESS_ISOLATE=1 \
-		$(SWIFT) test --skip-build $(SWIFTFLAGS) --filter $(STRESS_FILTER)
+		$(SWIFT) test $(TRAITS) --skip-build $(SWIFTFLAGS) --filter $(STRESS_FILTER)
 	$(MAKE) stress-asan
 
 stress-asan: deps
-	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan $(WERROR) $(SWIFTFLAGS)
+	$(SWIFT) build $(TRAITS) --build-tests --sanitize=address --scratch-path .build-asan $(WERROR) $(SWIFTFLAGS)
 	LULL_STRESS_ROUNDS=$(STRESS_ASAN_ROUNDS) LULL_STRESS_ISOLATE=1 \
-		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan $(SWIFTFLAGS) --filter $(STRESS_FILTER)
+		$(SWIFT) test $(TRAITS) --skip-build --sanitize=address --scratch-path .build-asan $(SWIFTFLAGS) --filter $(STRESS_FILTER)
 
 demo: deps
 	SWIFT="$(SWIFT)" ./scripts/demo.sh

@@ -17,8 +17,14 @@ let package = Package(
         // Not part of the API contract (docs/API.md): it changes with the trace format.
         .library(name: "LullWakeupReport", targets: ["LullDiagnosticsFormat", "LullWakeupReport"]),
     ],
+    traits: [
+        // Off by default: SwiftPM resolves a trait's dependencies only when it is on, and
+        // swift-service-context brings swift-distributed-tracing with it.
+        .trait(name: "ServiceContext", description: "Activities carry a ServiceContext (swift-service-context) into blocks and tasks"),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.0.0"),
     ],
     targets: [
         .systemLibrary(
@@ -41,6 +47,8 @@ let package = Package(
                 "LullDiagnosticsFormat",
                 "LullWakeupReport",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
             ]
         ),
         // C only the tests use: arming the shims' fault table, and probes of what the runtime did.
@@ -51,7 +59,11 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "LullDiagnosticsFormat", "LullWakeupReport"]
+            dependencies: [
+                "Lull", "CLullShims", "CLullTestSupport", "LullDiagnosticsFormat", "LullWakeupReport",
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
+            ]
         ),
         // A test helper: reports each QoS class's worker nice value in an unprivileged process
         // (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).

@@ -17,7 +17,9 @@ let package = Package(
         .executable(name: "timer-coalescing", targets: ["timer-coalescing"]),
     ],
     dependencies: [
-        .package(name: "Lull", path: ".."),
+        // With the trait ServiceContext: the activities example shows an activity carrying one.
+        .package(name: "Lull", path: "..", traits: ["ServiceContext"]),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
@@ -48,9 +50,13 @@ let package = Package(
         ),
         .executableTarget(
             name: "activities",
-            dependencies: [.product(name: "Lull", package: "Lull")],
+            dependencies: [
+                .product(name: "Lull", package: "Lull"),
+                .product(name: "ServiceContextModule", package: "swift-service-context"),
+            ],
             path: "activities",
-            exclude: ["README.md"]
+            exclude: ["README.md"],
+            swiftSettings: [.define("ServiceContext")]
         ),
         .executableTarget(
             name: "qos-demo",
