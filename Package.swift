@@ -99,6 +99,13 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .executableTarget(
+            name: "memory-pressure-cache",
+            dependencies: ["Lull"],
+            path: "Examples/memory-pressure-cache",
+            exclude: ["README.md"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
             name: "lull-bench",
             dependencies: ["Lull", "EchoServerKit"],
             path: "Benchmarks/LullBenchmarks",
