@@ -151,6 +151,8 @@ final class MemoryPressureDriver: SourceKind {
         let descriptors = watch.locked { watch -> [Int32] in
             defer { watch = nil }
             guard let watch else { return [] }
+            assert(watch.stopped && watch.warning.registration == nil && watch.critical?.registration == nil
+                   && watch.sampler == nil, "memory pressure: finished before unregister")
             return [watch.warning.descriptor] + (watch.critical.map { [$0.descriptor] } ?? [])
         }
         descriptors.forEach { close($0) }
