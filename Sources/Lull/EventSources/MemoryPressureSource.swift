@@ -163,14 +163,14 @@ final class MemoryPressureDriver: SourceKind {
     /// level when it changed and is in the mask.
     func dataForDelivery(_ core: SourceCore, merged: UInt) -> UInt? {
         let wake = MemoryPressureWake(rawValue: merged)
-        guard let descriptor = watch.locked({ $0.map { $0.warning.descriptor } }),
-              let total = PressureStallFile.someTotal(descriptor: descriptor)
-        else { return nil }
+        guard let descriptor = watch.locked({ $0.map { $0.warning.descriptor } }) else { return nil }
+        // A total that cannot be read decides nothing; the sampling goes on.
+        let total = PressureStallFile.someTotal(descriptor: descriptor)
         let now = SystemClock.monotonicNanoseconds()
         let (changed, sampler) = watch.locked { watch -> (MemoryPressureLevel?, CallbackEntry?) in
             guard watch != nil, !watch!.stopped else { return (nil, nil) }
             if wake.contains(.sample) { watch!.sampler = nil }
-            let changed = watch!.reading.decide(wake, total: total, now: now)
+            let changed = total.flatMap { watch!.reading.decide(wake, total: $0, now: now) }
             guard watch!.reading.level != .normal, watch!.sampler == nil else { return (changed, nil) }
             let sampler = CallbackEntry { [weak self] in self?.sampleDue(core) }
             watch!.sampler = sampler
