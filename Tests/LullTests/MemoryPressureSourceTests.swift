@@ -118,8 +118,23 @@ extension LullSuite {
             #expect(source.registrationError == nil)
             // The reactor's report of the new registration is not a level.
             #expect(keepsHolding(for: .milliseconds(200)) { events.count == 0 })
+            // One descriptor per trigger (warning and critical), on the file; closed once the
+            // source is done. (Other tests may hold descriptors on the same file meanwhile.)
+            let driver = try #require((source.core as? DrivenSourceCore)?.driver as? MemoryPressureDriver)
+            let descriptors = driver.openDescriptors
+            #expect(descriptors.count == 2)
+            #expect(descriptors.allSatisfy { Self.target(of: $0) == path })
             source.cancel()
             #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(waitFor(seconds: 10) { driver.openDescriptors.isEmpty })
+        }
+
+        /// What descriptor `descriptor` of this process is open on (/proc/self/fd).
+        static func target(of descriptor: Int32) -> String? {
+            var target = [CChar](repeating: 0, count: 4096)
+            let length = readlink("/proc/self/fd/\(descriptor)", &target, target.count - 1)
+            guard length > 0 else { return nil }
+            return String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         }
     }
 }
@@ -154,8 +169,24 @@ extension IndependentSuite {
             source.activate()
             try #require(waitFor(seconds: 10) { registered.isSet }, "\(String(describing: source.registrationError))")
 
+            // A second source, cancelled as soon as it reports: while its level is raised,
+            // its sample timer is scheduled, and the cancel must take it out.
+            let second = EventSource.makeMemoryPressureSource(eventMask: .warning, queue: WorkQueue(label: "lull.test.psi.second"))
+            let secondEvents = Recorder<UInt>()
+            let secondCancelled = Flag()
+            second.setEventHandler {
+                secondEvents.append(second.data)
+                second.cancel()
+            }
+            second.setCancelHandler { secondCancelled.set() }
+            if cgroup.pressurePath == nil { second.activate() }
+
             let hog = try MemoryHog(cgroup: cgroup)
             let warned = waitFor(seconds: 60) { events.values.contains(.warning) }
+            if cgroup.pressurePath == nil {
+                #expect(waitFor(seconds: 60) { secondCancelled.isSet })
+                #expect(secondEvents.values == [MemoryPressureEvent.warning.rawValue])
+            }
             hog.stop()
             #expect(warned, "no .warning while the child thrashed: \(events.values)")
             #expect(events.values.first == .warning)

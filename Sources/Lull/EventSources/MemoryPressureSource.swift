@@ -148,14 +148,24 @@ final class MemoryPressureDriver: SourceKind {
     }
 
     func finished(_ core: SourceCore) {
-        let descriptors = watch.locked { watch -> [Int32] in
-            defer { watch = nil }
-            guard let watch else { return [] }
-            assert(watch.stopped && watch.warning.registration == nil && watch.critical?.registration == nil
-                   && watch.sampler == nil, "memory pressure: finished before unregister")
-            return [watch.warning.descriptor] + (watch.critical.map { [$0.descriptor] } ?? [])
+        let descriptors = openDescriptors
+        watch.locked { watch in
+            if let watch {
+                assert(watch.stopped && watch.warning.registration == nil && watch.critical?.registration == nil
+                       && watch.sampler == nil, "memory pressure: finished before unregister")
+            }
+            watch = nil
         }
         descriptors.forEach { close($0) }
+    }
+
+    /// The trigger descriptors open now (for tests: none before registration and after
+    /// `finished`).
+    var openDescriptors: [Int32] {
+        watch.locked { watch in
+            guard let watch else { return [] }
+            return [watch.warning.descriptor] + (watch.critical.map { [$0.descriptor] } ?? [])
+        }
     }
 
     /// At a delivery (on the target queue, one at a time): reads the stall total, moves the
