@@ -78,6 +78,12 @@ final class PageCache: Sendable {
     var drops: Int { dropped.load(ordering: .relaxed) }
 }
 
+/// Prints a line at once (the output is often a pipe).
+func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
 let service = WorkQueue(label: "example.service")
 let cache = PageCache()
 let served = Atomic<Int>(0)
@@ -96,21 +102,21 @@ let pressure = EventSource.makeMemoryPressureSource(eventMask: .all, queue: serv
 pressure.setEventHandler {
     let level = MemoryPressureEvent(rawValue: pressure.data)
     if level == .normal {
-        print("memory pressure back to normal; cache holds \(cache.bytes / 1024) KiB")
+        say("memory pressure back to normal; cache holds \(cache.bytes / 1024) KiB")
     } else {
         let freed = cache.drop()
-        print("memory pressure \(level == .critical ? "critical" : "warning"): dropped \(freed / 1024) KiB of cache")
+        say("memory pressure \(level == .critical ? "critical" : "warning"): dropped \(freed / 1024) KiB of cache")
     }
 }
 pressure.setCancelHandler {
     if let error = pressure.registrationError {
-        print("no memory-pressure source (\(error)); serving without it")
+        say("no memory-pressure source (\(error)); serving without it")
     }
 }
 pressure.activate()
 
 func finish() -> Never {
-    print("served \(served.load(ordering: .relaxed)) requests; dropped the cache \(cache.drops) times")
+    say("served \(served.load(ordering: .relaxed)) requests; dropped the cache \(cache.drops) times")
     exit(0)
 }
 
@@ -125,5 +131,5 @@ let stopSources = [SIGINT, SIGTERM].map { number in
 if let seconds {
     service.asyncAfter(deadline: .now() + .seconds(seconds)) { finish() }
 }
-print("serving; the cache is dropped on memory pressure (Ctrl-C to stop)")
+say("serving; the cache is dropped on memory pressure (Ctrl-C to stop)")
 withExtendedLifetime(stopSources) { WorkQueue.runMain() }

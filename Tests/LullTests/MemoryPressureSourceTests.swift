@@ -181,11 +181,24 @@ extension IndependentSuite {
             second.setCancelHandler { secondCancelled.set() }
             if cgroup.pressurePath == nil { second.activate() }
 
+            // The example service, which watches the same (system) file: it drops its cache.
+            let example = cgroup.pressurePath == nil ? try ExampleProcess("memory-pressure-cache", ["--seconds", "60"]) : nil
+            #expect(example?.waitForLine(containing: "serving;") != nil || example == nil)
+
             let hog = try MemoryHog(cgroup: cgroup)
             let warned = waitFor(seconds: 60) { events.values.contains(.warning) }
             if cgroup.pressurePath == nil {
                 #expect(waitFor(seconds: 60) { secondCancelled.isSet })
                 #expect(secondEvents.values == [MemoryPressureEvent.warning.rawValue])
+            }
+            if let example {
+                // Its mask is .all: the first level it sees may be either.
+                #expect(example.waitForLine(containing: " KiB of cache", timeout: .seconds(60)) != nil, "\(example.text)")
+                #expect(example.text.contains("memory pressure warning: dropped")
+                        || example.text.contains("memory pressure critical: dropped"), "\(example.text)")
+                example.send(SIGTERM)
+                #expect(example.waitForExit() == 0)
+                #expect(example.text.contains("requests; dropped the cache"), "\(example.text)")
             }
             hog.stop()
             #expect(warned, "no .warning while the child thrashed: \(events.values)")
