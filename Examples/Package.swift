@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "activities", targets: ["activities"]),
         .executable(name: "qos-demo", targets: ["qos-demo"]),
         .executable(name: "timer-coalescing", targets: ["timer-coalescing"]),
+        .executable(name: "memory-pressure-cache", targets: ["memory-pressure-cache"]),
     ],
     dependencies: [
         // With the trait ServiceContext: the activities example shows an activity carrying one.
@@ -67,6 +68,12 @@ let package = Package(
             name: "timer-coalescing",
             dependencies: [.product(name: "Lull", package: "Lull")],
             path: "timer-coalescing",
+            exclude: ["README.md"]
+        ),
+        .executableTarget(
+            name: "memory-pressure-cache",
+            dependencies: [.product(name: "Lull", package: "Lull")],
+            path: "memory-pressure-cache",
             exclude: ["README.md"]
         ),
     ],

@@ -20,6 +20,16 @@ import ServiceContextModule
 import Glibc
 #endif
 
+checkCommandLine(usage: """
+    usage: activities
+
+    Serves a request as an activity across queues; every block prints the execution context
+    and QoS it sees next to what the rules say. Exits 1 if any line disagrees. Takes no
+    options.
+
+      --help   show this text
+    """)
+
 /// Prints a line at once (the output often goes to a pipe: the demo, the tests).
 func say(_ line: String) {
     print(line)

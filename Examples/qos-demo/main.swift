@@ -11,6 +11,16 @@ import Synchronization
 import Glibc
 #endif
 
+checkCommandLine(usage: """
+    usage: qos-demo
+
+    Queues at five QoS classes run the same CPU-bound job at once; with more runnable
+    threads than cores, the higher classes finish first. Then a serial queue, a group and a
+    delayed block. Takes no options.
+
+      --help   show this text
+    """)
+
 @inline(never)
 func countPrimes(in range: Range<Int>) -> Int {
     var count = 0

@@ -21,6 +21,19 @@ import Synchronization
 import Glibc
 #endif
 
+checkCommandLine(usage: """
+    usage: timer-coalescing [--leeway-ms N [--rounds N]] [--burn-ms N]
+
+    Four repeating timers and a chain of delayed blocks for about two seconds, with leeway 0
+    and with leeway, and the wake-ups coalescing saved.
+
+      (no options)     both runs, compared through RuntimeDiagnostics
+      --leeway-ms N    one run with leeway N ms (for `timerfires -- ...`)
+      --rounds N       with --leeway-ms: run N times over (for `timerfires --pid`)
+      --burn-ms N      also burn N ms of CPU on a utility queue
+      --help           show this text
+    """, valueOptions: ["--leeway-ms", "--burn-ms", "--rounds"])
+
 struct TimerPlan {
     let label: String
     let intervalMilliseconds: Int
