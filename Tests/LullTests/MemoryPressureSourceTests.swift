@@ -84,6 +84,18 @@ extension LullSuite {
             #expect(events.count == 0)
         }
 
+        @Test func itsEventsLoopEndsAfterTheCancelHandlerWhenPSIIsMissing() async throws {
+            let source = source(path: "/proc/pressure/no-such-resource", label: "lull.test.psi.events")
+            let cancelled = Flag()
+            source.setCancelHandler { cancelled.set() }
+            var levels: [MemoryPressureEvent] = []
+            for await level in source.events { levels.append(level) }
+            #expect(cancelled.isSet)
+            #expect(levels.isEmpty)
+            let error = try #require(source.registrationError as? EventSourceError)
+            #expect(error.code == ENOENT)
+        }
+
         @Test func aRefusedTriggerCancelsTheSourceWithTheReason() throws {
             try #require(access(PressureStallFile.systemPath, F_OK) == 0, "this kernel has no PSI")
             // A stall longer than its window: every kernel refuses it with EINVAL.
@@ -282,7 +294,7 @@ struct MemoryHog {
     /// tmpfs page cannot be reclaimed without swap); it stops when `stop` file appears, or
     /// after 90 s.
     init(cgroup: Cgroup) throws {
-        workDirectory = "\(ToolProcess.buildDirectory)/lull-psi-hog-\(getpid())"
+        workDirectory = "\(ExecutableLocator.testBundleDirectory)/lull-psi-hog-\(getpid())"
         mkdir(workDirectory, 0o755)
         let file = "\(workDirectory)/pages", stop = "\(workDirectory)/stop"
         unlink(stop)

@@ -149,3 +149,9 @@ extension SignalSource {
 extension ProcessSource: _TypedEventsSource {
     public typealias _Event = ProcessEvent
 }
+
+extension MemoryPressureSource {
+    /// Each memory-pressure level reported since the previous element, as an asynchronous
+    /// sequence (see ``SourceEvents``).
+    public var events: SourceEvents<MemoryPressureEvent> { SourceEvents(self) }
+}
