@@ -1,19 +1,30 @@
 // swift-tools-version: 6.2
 import PackageDescription
 
-let strictSettings: [SwiftSetting] = [
-    .treatAllWarnings(as: .error),
-]
+// The library package: what a client that depends on Lull resolves and builds. It declares
+// only what the library needs (swift-log); the examples, the tools and the benchmarks are
+// packages of their own beside it (Examples/, Tools/, Benchmarks/), each depending on this
+// one by path, so that their dependencies (swift-argument-parser, swift-nio) never reach a
+// client. Warnings are errors in `make test` and CI (`-Xswiftc -warnings-as-errors`), not
+// here: a client's newer toolchain may warn where this one does not, and that must not
+// break the client's build.
 
 let package = Package(
     name: "Lull",
     products: [
         .library(name: "Lull", targets: ["Lull"]),
-        .executable(name: "timerfires", targets: ["timerfires"]),
+        // The wake-up trace's format and its reader, for the `timerfires` tool (Tools/).
+        // Not part of the API contract (docs/API.md): it changes with the trace format.
+        .library(name: "LullWakeupReport", targets: ["LullDiagnosticsFormat", "LullWakeupReport"]),
+    ],
+    traits: [
+        // Off by default: SwiftPM resolves a trait's dependencies only when it is on, and
+        // swift-service-context brings swift-distributed-tracing with it.
+        .trait(name: "ServiceContext", description: "Activities carry a ServiceContext (swift-service-context) into blocks and tasks"),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.0.0"),
     ],
     targets: [
         .systemLibrary(
@@ -26,8 +37,8 @@ let package = Package(
         // with its readers (the trace file's layout, the control socket's address, the
         // environment), and the reader that turns a trace into a `WakeupReport`, which both
         // `RuntimeDiagnostics` and `timerfires` print.
-        .target(name: "LullDiagnosticsFormat", swiftSettings: strictSettings),
-        .target(name: "LullWakeupReport", dependencies: ["LullDiagnosticsFormat"], swiftSettings: strictSettings),
+        .target(name: "LullDiagnosticsFormat"),
+        .target(name: "LullWakeupReport", dependencies: ["LullDiagnosticsFormat"]),
         .target(
             name: "Lull",
             dependencies: [
@@ -36,73 +47,9 @@ let package = Package(
                 "LullDiagnosticsFormat",
                 "LullWakeupReport",
                 .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "qos-demo",
-            dependencies: ["Lull"],
-            path: "Examples/qos-demo",
-            swiftSettings: strictSettings
-        ),
-        // Examples (issue #8): programs someone would run, each with a README of its own.
-        // EchoServerKit is the echo server's logic, shared by the example and lull-bench.
-        .target(
-            name: "EchoServerKit",
-            dependencies: ["Lull", "CLullShims"],
-            path: "Examples/EchoServerKit",
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "echo-server",
-            dependencies: [
-                "EchoServerKit",
-                "Lull",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Examples/echo-server",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "watch-run",
-            dependencies: [
-                "Lull",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Examples/watch-run",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "activities",
-            dependencies: ["Lull"],
-            path: "Examples/activities",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "timerfires",
-            dependencies: [
-                "LullDiagnosticsFormat",
-                "LullWakeupReport",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            path: "Tools/timerfires",
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "timer-coalescing",
-            dependencies: ["Lull"],
-            path: "Examples/timer-coalescing",
-            exclude: ["README.md"],
-            swiftSettings: strictSettings
-        ),
-        .executableTarget(
-            name: "lull-bench",
-            dependencies: ["Lull", "EchoServerKit"],
-            path: "Benchmarks/LullBenchmarks",
-            swiftSettings: strictSettings
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
+            ]
         ),
         // C only the tests use: arming the shims' fault table, and probes of what the runtime did.
         .target(
@@ -112,27 +59,34 @@ let package = Package(
         ),
         .testTarget(
             name: "LullTests",
-            dependencies: ["Lull", "CLullShims", "CLullTestSupport", "EchoServerKit", "LullDiagnosticsFormat", "LullWakeupReport"],
-            swiftSettings: strictSettings
+            dependencies: [
+                "Lull", "CLullShims", "CLullTestSupport", "LullDiagnosticsFormat", "LullWakeupReport",
+                .product(name: "ServiceContextModule", package: "swift-service-context",
+                         condition: .when(traits: ["ServiceContext"])),
+            ]
+        ),
+        // A test helper: reports each QoS class's worker nice value in an unprivileged process
+        // (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).
+        .executableTarget(
+            name: "lull-priority-probe",
+            dependencies: ["Lull"],
+            path: "Tests/LullPriorityProbe"
+        ),
+        // A test helper: GlobalExecutor.install() is process-wide, so its checks run in
+        // children (Tests/LullTests/GlobalExecutorTests.swift runs it).
+        .executableTarget(
+            name: "lull-executor-probe",
+            dependencies: ["Lull"],
+            path: "Tests/LullExecutorProbe"
         ),
     ],
     swiftLanguageModes: [.v6]
 )
 
-// A test helper: reports each QoS class's worker nice value in an unprivileged process
-// (Tests/LullTests/UnprivilegedPriorityTests.swift runs it).
-package.targets.append(.executableTarget(
-    name: "lull-priority-probe",
-    dependencies: ["Lull"],
-    path: "Tests/LullPriorityProbe",
-    swiftSettings: strictSettings
-))
-
-// A test helper: GlobalExecutor.install() is process-wide, so its checks run in children
-// (Tests/LullTests/GlobalExecutorTests.swift runs it).
-package.targets.append(.executableTarget(
-    name: "lull-executor-probe",
-    dependencies: ["Lull"],
-    path: "Tests/LullExecutorProbe",
-    swiftSettings: strictSettings
-))
+// The DocC plugin, for `make docs` (`swift package generate-documentation --target Lull`),
+// declared only when LULL_DOCC is set, so that a client never resolves it.
+if Context.environment["LULL_DOCC"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
+    )
+}

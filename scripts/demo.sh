@@ -10,13 +10,8 @@ cd "$(dirname "$0")/.."
 
 SWIFT=${SWIFT:-swift}
 CONFIGURATION=${DEMO_CONFIGURATION:-release}
-PRODUCTS=(echo-server watch-run activities qos-demo)
-
-# The timer step's programs come from another branch; they are built once the package has them.
-TIMER_PRODUCTS=(timer-coalescing timerfires)
-for product in "${TIMER_PRODUCTS[@]}"; do
-    if grep -q "name: \"$product\"" Package.swift; then PRODUCTS+=("$product"); fi
-done
+# The examples and the tools are packages of their own (Examples/, Tools/), beside the library.
+PRODUCTS=(echo-server watch-run activities qos-demo timer-coalescing)
 
 if [ -t 1 ]; then BOLD=$'\033[1m'; DIM=$'\033[2m'; PLAIN=$'\033[0m'; else BOLD=""; DIM=""; PLAIN=""; fi
 STEP=0
@@ -47,11 +42,12 @@ wait_for() {
     return 1
 }
 
-echo "${BOLD}Lull demo${PLAIN}: building ${PRODUCTS[*]} ($CONFIGURATION; the first build takes a few minutes)"
-for product in "${PRODUCTS[@]}"; do
-    "$SWIFT" build -c "$CONFIGURATION" --product "$product" 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|^Building|^Build of product|^Compiling|^Write|^Planning' || true
-done
-BIN=$("$SWIFT" build -c "$CONFIGURATION" --show-bin-path)
+echo "${BOLD}Lull demo${PLAIN}: building ${PRODUCTS[*]} timerfires ($CONFIGURATION; the first build takes a few minutes)"
+quiet() { grep -vE '^\[[0-9]+/[0-9]+\]|^Building|^Build of product|^Compiling|^Write|^Planning' || true; }
+"$SWIFT" build -c "$CONFIGURATION" --package-path Examples 2>&1 | quiet
+"$SWIFT" build -c "$CONFIGURATION" --package-path Tools 2>&1 | quiet
+BIN=$("$SWIFT" build -c "$CONFIGURATION" --package-path Examples --show-bin-path)
+TOOLS_BIN=$("$SWIFT" build -c "$CONFIGURATION" --package-path Tools --show-bin-path)
 STARTED=$SECONDS
 
 # --------------------------------------------------------------------------------------
@@ -121,11 +117,7 @@ heading "timers: coalescing and the wake-ups it saves" \
     "Examples/timer-coalescing under the timerfires tool: the same timers with leeway 0 and with leeway."
 timers_step() {
     # The one place the timer step plugs in: `timerfires -- <timer-coalescing example>`.
-    if [ -x "$BIN/timerfires" ] && [ -x "$BIN/timer-coalescing" ]; then
-        "$BIN/timerfires" -- "$BIN/timer-coalescing"
-    else
-        say "(the timer-coalescing example and the timerfires tool are not in this build yet)"
-    fi
+    "$TOOLS_BIN/timerfires" -- "$BIN/timer-coalescing"
 }
 timers_step
 

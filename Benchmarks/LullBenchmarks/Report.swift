@@ -131,8 +131,8 @@ enum Report {
         emit("")
         let shellArguments = arguments.map(shellQuoted).joined(separator: " ")
         emit("Reproduce: " + (arguments.isEmpty ? "make bench" : "make bench BENCH_ARGS=\(shellQuoted(shellArguments))"))
-        emit("       or: swift build -c release --product lull-bench --scratch-path .build-bench && "
-            + ".build-bench/release/lull-bench" + (arguments.isEmpty ? "" : " " + shellArguments))
+        emit("       or: swift run -c release --package-path Benchmarks lull-bench"
+            + (arguments.isEmpty ? "" : " " + shellArguments))
     }
 
     static func describe(_ series: Series, _ benchmark: Benchmark) -> String {

@@ -9,8 +9,8 @@ import Glibc
 
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
-        + TimerSourceBenchmarks.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all + ContextBenchmarks.all
-        + ExecutorBenchmarks.all
+        + TimerSourceBenchmarks.all + TaskSleepBenchmark.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all
+        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }

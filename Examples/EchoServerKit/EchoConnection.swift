@@ -19,15 +19,30 @@ import Glibc
 ///   expiry.
 /// - The socket is closed in the cancel handlers, once both sources have let it go.
 ///
-/// `@unchecked Sendable`: every mutable property is touched only by blocks on `queue` (the
-/// handlers of the three sources target it, and `start`/`finish` hop onto it), which runs
-/// one block at a time; the immutable ones are set in `init`.
-final class EchoConnection: @unchecked Sendable {
+/// The mutable state lives in a `QueueBound` owned by `queue` (the handlers of the three
+/// sources target it, and `start`/`finish` hop onto it): every access checks that it runs
+/// there, so the connection is `Sendable` without a lock and without `@unchecked`.
+final class EchoConnection: Sendable {
     private enum Phase {
         case open
         /// No more reading; closes once the buffer is written out.
         case draining
         case closed
+    }
+
+    /// What changes while the connection lives, reachable only on `queue`.
+    private struct State {
+        let buffer: EchoBuffer
+        var phase = Phase.open
+        var isReadingPaused = false
+        var isReadCancelled = false
+        /// The write source starts inactive, which counts as paused: `resume()` activates it.
+        var isWriteArmed = false
+        var lastActivity = Deadline.now()
+        /// The sources whose cancel handler has not run yet; the socket closes at 0.
+        var sourcesHoldingSocket = 2
+        var closeReason = ""
+        var bytesEchoed = 0
     }
 
     let id: Int
@@ -38,21 +53,45 @@ final class EchoConnection: @unchecked Sendable {
     private let writeSource: WriteSource
     private let idleTimer: TimerSource
     private let idleTimeout: Duration
-    private let buffer: EchoBuffer
     private let log: EchoServer.Log?
     /// Called on `queue` once the socket is closed.
     private let onClosed: @Sendable (EchoConnection) -> Void
+    private let state: QueueBound<State>
 
-    private var phase = Phase.open
-    private var isReadingPaused = false
-    private var isReadCancelled = false
-    /// The write source starts inactive, which counts as paused: `resume()` activates it.
-    private var isWriteArmed = false
-    private var lastActivity = Deadline.now()
-    /// The sources whose cancel handler has not run yet; the socket closes at 0.
-    private var sourcesHoldingSocket = 2
-    private var closeReason = ""
-    private var bytesEchoed = 0
+    // The state's fields, read and written on `queue` (checked).
+    private var buffer: EchoBuffer { state.value.buffer }
+    private var phase: Phase {
+        get { state.value.phase }
+        set { state.value.phase = newValue }
+    }
+    private var isReadingPaused: Bool {
+        get { state.value.isReadingPaused }
+        set { state.value.isReadingPaused = newValue }
+    }
+    private var isReadCancelled: Bool {
+        get { state.value.isReadCancelled }
+        set { state.value.isReadCancelled = newValue }
+    }
+    private var isWriteArmed: Bool {
+        get { state.value.isWriteArmed }
+        set { state.value.isWriteArmed = newValue }
+    }
+    private var lastActivity: Deadline {
+        get { state.value.lastActivity }
+        set { state.value.lastActivity = newValue }
+    }
+    private var sourcesHoldingSocket: Int {
+        get { state.value.sourcesHoldingSocket }
+        set { state.value.sourcesHoldingSocket = newValue }
+    }
+    private var closeReason: String {
+        get { state.value.closeReason }
+        set { state.value.closeReason = newValue }
+    }
+    private var bytesEchoed: Int {
+        get { state.value.bytesEchoed }
+        set { state.value.bytesEchoed = newValue }
+    }
 
     init(id: Int, descriptor: Int32, configuration: EchoServer.Configuration,
          onClosed: @escaping @Sendable (EchoConnection) -> Void) {
@@ -66,7 +105,7 @@ final class EchoConnection: @unchecked Sendable {
         readSource = EventSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         writeSource = EventSource.makeWriteSource(fileDescriptor: descriptor, queue: queue)
         idleTimer = EventSource.makeTimerSource(queue: queue)
-        buffer = EchoBuffer(capacity: configuration.bufferBytes)
+        state = QueueBound(State(buffer: EchoBuffer(capacity: configuration.bufferBytes)), on: queue)
     }
 
     func start() {

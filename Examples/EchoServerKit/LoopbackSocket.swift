@@ -2,7 +2,7 @@
 // the Dispatch server of the load test (Benchmarks/) make and accept their sockets here, so
 // that they differ only in how they are driven.
 
-import CLullShims
+import CEchoShims
 
 #if canImport(Glibc)
 import Glibc
@@ -64,7 +64,7 @@ public enum LoopbackSocket {
     /// Accepts one waiting connection, if any.
     public static func accept(from listener: Int32) -> AcceptResult {
         while true {
-            let descriptor = lull_accept_nonblocking(listener)
+            let descriptor = echo_accept_nonblocking(listener)
             if descriptor >= 0 {
                 setNoDelay(descriptor)
                 return .accepted(descriptor)

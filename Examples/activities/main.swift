@@ -12,10 +12,23 @@
 
 import Lull
 import Synchronization
+#if ServiceContext
+import ServiceContextModule
+#endif
 
 #if canImport(Glibc)
 import Glibc
 #endif
+
+checkCommandLine(usage: """
+    usage: activities
+
+    Serves a request as an activity across queues; every block prints the execution context
+    and QoS it sees next to what the rules say. Exits 1 if any line disagrees. Takes no
+    options.
+
+      --help   show this text
+    """)
 
 /// Prints a line at once (the output often goes to a pipe: the demo, the tests).
 func say(_ line: String) {
@@ -173,6 +186,52 @@ ExecutionContext.withActivity("GET /users/42") {
 section("4. Outside the activity") { _ in
     show("main thread, after withActivity", expect: .none, qos: mainQoS)
 }
+
+#if ServiceContext
+/// A trace identifier, as a tracer keeps it in a `ServiceContext`.
+enum TraceID: ServiceContextKey {
+    typealias Value = String
+}
+
+/// Prints the trace the calling block sees in `ServiceContext.current`, and whether it is
+/// the expected one.
+func showTrace(_ who: String, expect expected: String?) {
+    let trace = ServiceContext.current?[TraceID.self]
+    if trace != expected { mismatches.add(1, ordering: .relaxed) }
+    say("  \(pad(who, 56)) \(pad("trace \(trace ?? "none")", 40)) "
+        + (trace == expected ? "ok" : "MISMATCH (expected \(expected ?? "none"))"))
+}
+
+// With the package trait ServiceContext: the activity carries a ServiceContext, which is
+// `ServiceContext.current` in its blocks and tasks (what tracing spans and logging metadata
+// providers read), and detached work drops it.
+section("5. A ServiceContext rides with the activity (trait ServiceContext)") { group in
+    var incoming = ServiceContext.topLevel
+    incoming[TraceID.self] = "4bf92f3577b34da6"
+    ExecutionContext.withActivity("GET /users/42/avatar", serviceContext: incoming) {
+        group.enter()
+        api.async {
+            showTrace("api: handle the request", expect: "4bf92f3577b34da6")
+            group.enter()
+            storage.async {
+                showTrace("storage: read the avatar", expect: "4bf92f3577b34da6")
+                group.enter()
+                Task {
+                    showTrace("a Task created in the storage block", expect: "4bf92f3577b34da6")
+                    group.leave()
+                }
+                group.leave()
+            }
+            group.enter()
+            janitor.async(flags: .detached) {
+                showTrace("janitor: .detached cleanup", expect: nil)
+                group.leave()
+            }
+            group.leave()
+        }
+    }
+}
+#endif
 
 let failed = mismatches.load(ordering: .relaxed)
 say(failed == 0 ? "\nEvery block saw what the rules say." : "\n\(failed) block(s) saw something else: see MISMATCH above.")

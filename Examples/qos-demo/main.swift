@@ -11,6 +11,16 @@ import Synchronization
 import Glibc
 #endif
 
+checkCommandLine(usage: """
+    usage: qos-demo
+
+    Queues at five QoS classes run the same CPU-bound job at once; with more runnable
+    threads than cores, the higher classes finish first. Then a serial queue, a group and a
+    delayed block. Takes no options.
+
+      --help   show this text
+    """)
+
 @inline(never)
 func countPrimes(in range: Range<Int>) -> Int {
     var count = 0
@@ -47,7 +57,8 @@ func fixed(_ value: Double, _ decimals: Int) -> String {
 
 let classes: [QoS.QoSClass] = [.userInteractive, .userInitiated, .default, .utility, .background]
 let chunks = 8
-let chunkSize = 400_000
+// QOS_DEMO_CHUNK_SIZE makes the work smaller or larger (the tests run a small one).
+let chunkSize = getenv("QOS_DEMO_CHUNK_SIZE").flatMap { Int(String(cString: $0)) } ?? 400_000
 let start = Deadline.now()
 let finished = Mutex<[(QoS.QoSClass, Double, Int32, String)]>([])
 let group = WorkGroup()

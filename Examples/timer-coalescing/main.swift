@@ -8,6 +8,9 @@
 //   timer-coalescing --leeway-ms N   one run with leeway N ms (for `timerfires -- ...`)
 //   timer-coalescing --burn-ms N     also burn N ms of CPU on a utility queue
 //   timer-coalescing --rounds N      with --leeway-ms: run N times over (for `timerfires --pid`)
+//   timer-coalescing --task-sleep    the same plans as tasks looping on
+//                                    `CoalescingClock.sleep(until:tolerance:)`, the leeway as
+//                                    their tolerance (no delayed blocks, no burn)
 //
 // At the end a run prints what it did ("fired heartbeat=40 ..."): the tests compare the
 // timerfires report with it.
@@ -17,6 +20,19 @@ import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
+
+checkCommandLine(usage: """
+    usage: timer-coalescing [--leeway-ms N [--rounds N]] [--burn-ms N]
+
+    Four repeating timers and a chain of delayed blocks for about two seconds, with leeway 0
+    and with leeway, and the wake-ups coalescing saved.
+
+      (no options)     both runs, compared through RuntimeDiagnostics
+      --leeway-ms N    one run with leeway N ms (for `timerfires -- ...`)
+      --rounds N       with --leeway-ms: run N times over (for `timerfires --pid`)
+      --burn-ms N      also burn N ms of CPU on a utility queue
+      --help           show this text
+    """, valueOptions: ["--leeway-ms", "--burn-ms", "--rounds"])
 
 struct TimerPlan {
     let label: String
@@ -79,6 +95,35 @@ func runTimers(leewayMilliseconds: Int, burnMilliseconds: Int) -> String {
     return tally.line
 }
 
+/// The timers' plans as tasks that sleep on a `CoalescingClock` with `leeway` as their
+/// tolerance, each on the grid of its interval like the repeating timers.
+func runSleepingTasks(leewayMilliseconds: Int) -> String {
+    let clock = CoalescingClock()
+    let tally = Tally()
+    let group = WorkGroup()
+    for plan in plans {
+        group.enter()
+        Task {
+            let interval = Duration.milliseconds(plan.intervalMilliseconds)
+            var next = clock.now + interval
+            for _ in 0..<plan.fires {
+                try? await clock.sleep(until: next, tolerance: .milliseconds(leewayMilliseconds))
+                _ = tally.add(plan.label, 1)
+                next = next + interval
+            }
+            group.leave()
+        }
+    }
+    group.wait()
+    return tally.line
+}
+
+/// One run of whichever kind the command line asked for.
+func runOnce(leewayMilliseconds: Int, burnMilliseconds: Int) -> String {
+    if CommandLine.arguments.contains("--task-sleep") { return runSleepingTasks(leewayMilliseconds: leewayMilliseconds) }
+    return runTimers(leewayMilliseconds: leewayMilliseconds, burnMilliseconds: burnMilliseconds)
+}
+
 /// A chain of delayed blocks, each scheduling the next: an `asyncAfter` call site is one
 /// timer identity in the report.
 func scheduleRetry(on queue: WorkQueue, remaining: Int, tally: Tally, group: WorkGroup) {
@@ -123,15 +168,15 @@ func printError(_ text: String) {
 let burn = option("--burn-ms") ?? 0
 if let leeway = option("--leeway-ms") {
     for _ in 0..<max(1, option("--rounds") ?? 1) {
-        print("fired \(runTimers(leewayMilliseconds: leeway, burnMilliseconds: burn))")
+        print("fired \(runOnce(leewayMilliseconds: leeway, burnMilliseconds: burn))")
     }
     exit(0)
 }
 
 if RuntimeDiagnostics.isRecording {
     // Under timerfires: its report covers both runs.
-    print("leeway 0 ms: fired \(runTimers(leewayMilliseconds: 0, burnMilliseconds: burn))")
-    print("leeway 20 ms: fired \(runTimers(leewayMilliseconds: 20, burnMilliseconds: burn))")
+    print("leeway 0 ms: fired \(runOnce(leewayMilliseconds: 0, burnMilliseconds: burn))")
+    print("leeway 20 ms: fired \(runOnce(leewayMilliseconds: 20, burnMilliseconds: burn))")
     exit(0)
 }
 
@@ -143,7 +188,7 @@ for leeway in [0, 20] {
         printError("timer-coalescing: cannot record: \(error)")
         exit(1)
     }
-    let fired = runTimers(leewayMilliseconds: leeway, burnMilliseconds: burn)
+    let fired = runOnce(leewayMilliseconds: leeway, burnMilliseconds: burn)
     guard let report = RuntimeDiagnostics.stop(groupingByIdentity: true) else { exit(1) }
     print("== leeway \(leeway) ms: fired \(fired)")
     print(report.formatted())

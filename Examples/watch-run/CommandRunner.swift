@@ -6,76 +6,71 @@ import Glibc
 
 /// Runs the command, and restarts it on request: a running command is asked to stop
 /// (SIGTERM to its process group), killed if it has not exited after the grace period, and
-/// started again once it has exited. A process source on its pid tells when it exits.
-///
-/// `@unchecked Sendable`: the mutable state is touched only by blocks on `queue` (the public
-/// methods hop onto it; the process source and the kill timer deliver to it), which runs one
-/// block at a time.
-final class CommandRunner: @unchecked Sendable {
+/// started again once it has exited. A loop over a process source's `events` tells when it
+/// exits; a loop over a timer source's `events` kills it after the grace period.
+actor CommandRunner {
     private enum State {
         case idle
         case running(Child)
-        /// Asked to stop; `then` runs once it has exited.
+        /// Asked to stop; `then` happens once it has exited.
         case stopping(Child, then: Next)
     }
 
     private enum Next {
         case restart
-        case finish(@Sendable () -> Void)
+        case finish([CheckedContinuation<Void, Never>])
     }
 
     private struct Child {
         let pid: pid_t
-        let exitSource: ProcessSource
         let startedAt: Deadline
     }
 
     private let command: [String]
     private let grace: Duration
-    private let queue: WorkQueue
     private let say: @Sendable (String) -> Void
     private var state = State.idle
+    /// The timer of the kill after the grace period, while a command is stopping.
     private var killTimer: TimerSource?
     private var runs = 0
 
-    init(command: [String], grace: Duration, queue: WorkQueue, say: @escaping @Sendable (String) -> Void) {
+    init(command: [String], grace: Duration, say: @escaping @Sendable (String) -> Void) {
         self.command = command
         self.grace = grace
-        self.queue = queue
         self.say = say
     }
 
     /// Starts the command, or restarts it if it runs.
     func restart() {
-        queue.async { [self] in
+        switch state {
+        case .idle:
+            start()
+        case .running(let child):
+            stop(child, then: .restart)
+        case .stopping(_, .finish):
+            break  // shutting down: no restart
+        case .stopping:
+            break  // the restart is already planned
+        }
+    }
+
+    /// Stops the command if it runs; returns once it has exited.
+    func finish() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             switch state {
             case .idle:
-                start()
+                done.resume()
             case .running(let child):
-                stop(child, then: .restart)
-            case .stopping(let child, .finish(let done)):
-                state = .stopping(child, then: .finish(done))  // shutting down: no restart
-            case .stopping:
-                break  // the restart is already planned
+                stop(child, then: .finish([done]))
+            case .stopping(let child, .finish(let waiting)):
+                state = .stopping(child, then: .finish(waiting + [done]))
+            case .stopping(let child, .restart):
+                state = .stopping(child, then: .finish([done]))
             }
         }
     }
 
-    /// Stops the command if it runs, then calls `done` (on the runner's queue).
-    func finish(then done: @escaping @Sendable () -> Void) {
-        queue.async { [self] in
-            switch state {
-            case .idle:
-                done()
-            case .running(let child):
-                stop(child, then: .finish(done))
-            case .stopping(let child, _):
-                state = .stopping(child, then: .finish(done))
-            }
-        }
-    }
-
-    // MARK: On `queue`
+    // MARK: Isolated
 
     private func start() {
         runs += 1
@@ -88,10 +83,15 @@ final class CommandRunner: @unchecked Sendable {
             state = .idle
             return
         }
-        let exitSource = EventSource.makeProcessSource(identifier: pid, eventMask: .exit, queue: queue)
-        exitSource.setEventHandler { [self] in exited(pid) }
-        exitSource.activate()
-        state = .running(Child(pid: pid, exitSource: exitSource, startedAt: .now()))
+        state = .running(Child(pid: pid, startedAt: .now()))
+        // The process source never reaps: `exited` does, with waitpid.
+        let exits: SourceEvents<ProcessEvent> = EventSource.makeProcessSource(identifier: pid, eventMask: .exit).events
+        Task {
+            for await _ in exits {
+                exited(pid)
+                break  // leaving the loop cancels the source
+            }
+        }
     }
 
     private func stop(_ child: Child, then next: Next) {
@@ -99,15 +99,22 @@ final class CommandRunner: @unchecked Sendable {
         state = .stopping(child, then: next)
         _ = kill(-child.pid, SIGTERM)
         // Killed for good if it is still there after the grace period.
-        let timer = EventSource.makeTimerSource(queue: queue)
-        timer.setEventHandler { [self] in
-            guard case .stopping(let stopping, _) = state, stopping.pid == child.pid else { return }
-            say("run \(runs) still running \(grace) after SIGTERM: SIGKILL")
-            _ = kill(-child.pid, SIGKILL)
-        }
+        let timer = EventSource.makeTimerSource()
         timer.schedule(deadline: .now() + grace, leeway: grace / 10)
-        timer.activate()
         killTimer = timer
+        let fires = timer.events
+        Task {
+            for await _ in fires {
+                killAfterGrace(child.pid)
+                break
+            }
+        }
+    }
+
+    private func killAfterGrace(_ pid: pid_t) {
+        guard case .stopping(let stopping, _) = state, stopping.pid == pid else { return }
+        say("run \(runs) still running \(grace) after SIGTERM: SIGKILL")
+        _ = kill(-pid, SIGKILL)
     }
 
     private func exited(_ pid: pid_t) {
@@ -126,8 +133,7 @@ final class CommandRunner: @unchecked Sendable {
         default:
             return
         }
-        child.exitSource.cancel()
-        killTimer?.cancel()
+        killTimer?.cancel()  // ends the kill loop
         killTimer = nil
         state = .idle
         let seconds = Double((Deadline.now().uptimeNanoseconds - child.startedAt.uptimeNanoseconds) / 1_000_000) / 1000
@@ -138,8 +144,8 @@ final class CommandRunner: @unchecked Sendable {
             say("waiting for changes")
         case .restart:
             start()
-        case .finish(let done):
-            done()
+        case .finish(let waiting):
+            for done in waiting { done.resume() }
         }
     }
 

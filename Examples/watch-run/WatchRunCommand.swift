@@ -2,6 +2,9 @@
 // directories change — in the spirit of entr and watchexec, on Lull's DirectoryTreeWatcher
 // (bursts of changes coalesced over its latency), a process source for the command's exit,
 // a timer for the kill after the grace period, and signal sources for SIGINT and SIGTERM.
+// Async/await end to end: an async main, and `for await` loops over the watchers' `changes`
+// and the sources' `events`, each with backpressure (what comes while a loop is busy merges
+// into its next element).
 
 import ArgumentParser
 import Lull
@@ -12,7 +15,7 @@ import Glibc
 #endif
 
 @main
-struct WatchRunCommand: ParsableCommand {
+struct WatchRunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "watch-run",
         abstract: "Run a command, and restart it whenever files below the watched directories change.",
@@ -60,7 +63,7 @@ struct WatchRunCommand: ParsableCommand {
         guard grace > 0, grace.isFinite else { throw ValidationError("--grace must be a number of seconds > 0") }
     }
 
-    func run() throws {
+    func run() async throws {
         // Later patterns win: the defaults, the root's .gitignore, --ignore-file, --ignore.
         var chosenPatterns: [String] = []
         for file in ignoreFiles {
@@ -73,9 +76,8 @@ struct WatchRunCommand: ParsableCommand {
         chosenPatterns += ignorePatterns
 
         let events = WorkQueue(label: "watch-run.events", qos: .userInitiated)
-        let runner = CommandRunner(command: command, grace: .milliseconds(Int64(grace * 1000)),
-                                   queue: WorkQueue(label: "watch-run.runner", qos: .userInitiated), say: say)
-        var watchers: [DirectoryTreeWatcher] = []
+        let runner = CommandRunner(command: command, grace: .milliseconds(Int64(grace * 1000)), say: say)
+        var watchers: [(watcher: DirectoryTreeWatcher, rules: IgnoreRules)] = []
         for directory in directories.isEmpty ? ["."] : directories {
             var treeRules = IgnoreRules(patterns: noDefaultIgnores ? [] : IgnoreRules.defaultPatterns)
             if !skipGitignore, let gitignore = try? TextFile.lines(of: directory + "/.gitignore") {
@@ -92,45 +94,60 @@ struct WatchRunCommand: ParsableCommand {
                 // limit and the sysctl to raise.
                 throw fail("cannot watch \(directory): \(error)")
             }
-            let root = watcher.path
-            watcher.setEventHandler { [treeRules] batch in
-                let relevant = batch.filter { change in
-                    if case .notWatched(let reason) = change.kind {
-                        say("warning: not watching \(change.path): \(reason)")
-                        return false
+            watchers.append((watcher, treeRules))
+        }
+
+        // SIGINT or SIGTERM: stop the command, then exit; a second one exits at once.
+        let stopping = StopRequest()
+        await withTaskGroup(of: Void.self) { loops in
+            for signalNumber in [SIGINT, SIGTERM] {
+                signal(signalNumber, SIG_IGN)  // so that the signal sources see them (as on Darwin)
+                // Iterated from here, so that the source watches the signal before the first
+                // command runs (a signal that comes before the loop's task starts merges).
+                let iterator = EventSource.makeSignalSource(signal: signalNumber).events.makeAsyncIterator()
+                loops.addTask { [watchers] in
+                    var deliveries = iterator
+                    while await deliveries.next() != nil {
+                        guard stopping.isFirst() else { Glibc.exit(1) }
+                        say("\(signalNumber == SIGINT ? "SIGINT" : "SIGTERM"): stopping")
+                        for (watcher, _) in watchers { watcher.cancel() }  // ends their loops
+                        // In a task of its own, so that this loop sees a second signal meanwhile.
+                        Task {
+                            await runner.finish()
+                            Glibc.exit(0)
+                        }
                     }
-                    return !treeRules.isIgnored(relativePath(of: change.path, below: root), isDirectory: change.isDirectory)
                 }
-                guard !relevant.isEmpty else { return }
-                say(summary(of: relevant, below: root))
-                runner.restart()
             }
-            watchers.append(watcher)
-        }
 
-        let stopping = Atomic(false)
-        let stopSources = [SIGINT, SIGTERM].map { (signalNumber: Int32) -> SignalSource in
-            signal(signalNumber, SIG_IGN)  // so that the signal sources see them (as on Darwin)
-            let source = EventSource.makeSignalSource(signal: signalNumber, queue: .main)
-            source.setEventHandler { [watchers] in
-                guard !stopping.exchange(true, ordering: .relaxed) else { Glibc.exit(1) }
-                say("\(signalNumber == SIGINT ? "SIGINT" : "SIGTERM"): stopping")
-                for watcher in watchers { watcher.cancel() }
-                runner.finish { Glibc.exit(0) }
+            for (watcher, _) in watchers {
+                watcher.activate()
+                if let error = watcher.error { say("warning: \(error)") }
             }
-            source.activate()
-            return source
-        }
+            say("watching \(watchers.map(\.watcher.path).joined(separator: ", ")) (latency \(latency) ms"
+                + ")")
+            if !postpone { await runner.restart() }
 
-        for watcher in watchers {
-            watcher.activate()
-            if let error = watcher.error { say("warning: \(error)") }
-        }
-        say("watching \(watchers.map(\.path).joined(separator: ", ")) (latency \(latency) ms"
-            + ")")
-        if !postpone { runner.restart() }
-        withExtendedLifetime((watchers, stopSources)) {
-            WorkQueue.runMain()
+            // One loop per tree: changes that come while a restart is asked for merge into
+            // the next batch.
+            for (watcher, rules) in watchers {
+                let root = watcher.path
+                let batches = watcher.changes
+                loops.addTask {
+                    for await batch in batches {
+                        let relevant = batch.filter { change in
+                            if case .notWatched(let reason) = change.kind {
+                                say("warning: not watching \(change.path): \(reason)")
+                                return false
+                            }
+                            return !rules.isIgnored(relativePath(of: change.path, below: root), isDirectory: change.isDirectory)
+                        }
+                        guard !relevant.isEmpty else { continue }
+                        say(summary(of: relevant, below: root))
+                        await runner.restart()
+                    }
+                }
+            }
         }
     }
 
@@ -140,6 +157,14 @@ struct WatchRunCommand: ParsableCommand {
         _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
         return ExitCode(1)
     }
+}
+
+/// Whether a stop was asked for already.
+final class StopRequest: Sendable {
+    private let asked = Atomic(false)
+
+    /// True for the first request only.
+    func isFirst() -> Bool { !asked.exchange(true, ordering: .relaxed) }
 }
 
 /// `path` relative to the watched `root` ("" for the root itself).

@@ -21,10 +21,10 @@ extension LullSuite {
         @Test func deadlineInThePastRunsSoon() {
             let ran = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() - .seconds(1)) { ran.set() }
-            #expect(waitUntil { ran.isSet })
+            #expect(ran.await())
             let zero = Flag()
             WorkQueue.global().asyncAfter(deadline: Deadline(uptimeNanoseconds: 0)) { zero.set() }
-            #expect(waitUntil { zero.isSet })
+            #expect(zero.await())
         }
 
         @Test func manyTimersAllRunNoEarlierThanTheirDeadlines() {
@@ -70,7 +70,7 @@ extension LullSuite {
             // Due, but the queue is suspended: it stays queued there.
             #expect(keepsHolding(for: .milliseconds(100)) { !ran.isSet })
             queue.resume()
-            #expect(waitUntil { ran.isSet })
+            #expect(ran.await())
         }
 
         @Test func blockTakesTheQueuesQoS() {
@@ -123,7 +123,7 @@ extension LullSuite {
         @Test func wallDeadlineInThePastRunsSoon() {
             let ran = Flag()
             WorkQueue.global().asyncAfter(wallDeadline: .now() + .seconds(-5)) { ran.set() }
-            #expect(waitUntil { ran.isSet })
+            #expect(ran.await())
         }
 
         @Test func wallDeadlineBlockTakesTheQueuesQoS() {
@@ -149,7 +149,7 @@ extension LullSuite {
             if let time {
                 #expect(time >= deadline.uptimeNanoseconds)
             }
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func workItemWaitTimesOutBeforeTheDeadline() {
@@ -167,7 +167,7 @@ extension LullSuite {
             WorkQueue(label: "lull.test.after.cancelled").asyncAfter(deadline: .now() + .milliseconds(30), execute: item)
             item.cancel()
             #expect(item.wait(timeout: .now() + .seconds(10)) == .success)
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
             #expect(!ran.isSet)
         }
 

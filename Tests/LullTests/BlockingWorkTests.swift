@@ -87,7 +87,7 @@ extension LullSuite {
             let fired = Flag()
             WorkQueue(label: "lull.test.blocked.timer", qos: .userInitiated)
                 .asyncAfter(deadline: .now() + .milliseconds(300)) { fired.set() }
-            #expect(waitUntil { fired.isSet }, "a timer did not fire while \(qosClass) workers slept")
+            #expect(fired.await(), "a timer did not fire while \(qosClass) workers slept")
             #expect(waitUntil { started.value == count },
                     "only \(started.value) of \(count) sleeping \(qosClass) blocks started")
         }

@@ -39,7 +39,7 @@ extension LullSuite {
             // handler runs once, and the intake is idle again afterwards (no drain job left
             // behind, nothing left posted).
             let threads = 8
-            let perThread = 2_500
+            let perThread = 1_000
             let runs = Mutex([UInt8](repeating: 0, count: threads * perThread))
             let queue = WorkQueue.global(qos: .utility)
             SourceTestKit.runThreads(threads) { thread in
@@ -136,31 +136,6 @@ extension LullSuite {
         }
         #endif
 
-        /// A timer's cancel step comes only once the timer left the engine: a repeating
-        /// timer cancelled as its delivery job ends must not have its cancel step posted
-        /// while it is still in the heap (a debug build asserts it where the step is
-        /// posted; the child process stops there).
-        @Test
-        func aTimerCancelledAsItsDeliveryEndsIsOutOfTheEngineWhenItsStepIsPosted() async {
-            await #expect(processExitsWith: .success) {
-                let ran = Atomic<Int>(0)
-                let rounds = 4_000
-                for round in 0..<rounds {
-                    let timer = EventSource.makeTimerSource(flags: .strict, queue: WorkQueue.global(qos: .utility))
-                    let delivered = Atomic<Int>(0)
-                    timer.setEventHandler { delivered.add(1, ordering: .relaxed) }
-                    timer.setCancelHandler { ran.add(1, ordering: .relaxed) }
-                    timer.schedule(deadline: .now(), repeating: .microseconds(20), leeway: .zero)
-                    timer.activate()
-                    _ = waitUntil(timeout: .milliseconds(50)) { delivered.load(ordering: .relaxed) > 0 }
-                    // Deliveries end every few microseconds: cancel at varying points of one.
-                    spin(microseconds: UInt64(round % 37))
-                    timer.cancel()
-                }
-                exit(waitUntil { ran.load(ordering: .relaxed) == rounds } ? 0 : 1)
-            }
-        }
-
         @Test func aSourceDroppedRightAfterCancelStillGetsItsCancelHandler() {
             let ran = Atomic<Int>(0)
             for _ in 0..<1_000 {
@@ -187,6 +162,37 @@ extension LullSuite {
             timer.schedule(deadline: .now())
             #expect(waitUntil { cancelled.load(ordering: .acquiring) })
             #expect(keepsHolding(for: .milliseconds(200)) { fired.load(ordering: .relaxed) == 0 })
+        }
+    }
+}
+
+/// The intake's tests that run wholly in a child process: they share nothing with this
+/// process, so they run alongside `LullSuite`.
+extension IndependentSuite {
+    @Suite(.serialized) struct CancellationIntakeChildTests {
+        /// A timer's cancel step comes only once the timer left the engine: a repeating
+        /// timer cancelled as its delivery job ends must not have its cancel step posted
+        /// while it is still in the heap (a debug build asserts it where the step is
+        /// posted; the child process stops there).
+        @Test
+        func aTimerCancelledAsItsDeliveryEndsIsOutOfTheEngineWhenItsStepIsPosted() async {
+            await #expect(processExitsWith: .success) {
+                let ran = Atomic<Int>(0)
+                let rounds = 4_000
+                for round in 0..<rounds {
+                    let timer = EventSource.makeTimerSource(flags: .strict, queue: WorkQueue.global(qos: .utility))
+                    let delivered = Atomic<Int>(0)
+                    timer.setEventHandler { delivered.add(1, ordering: .relaxed) }
+                    timer.setCancelHandler { ran.add(1, ordering: .relaxed) }
+                    timer.schedule(deadline: .now(), repeating: .microseconds(20), leeway: .zero)
+                    timer.activate()
+                    _ = waitUntil(timeout: .milliseconds(50)) { delivered.load(ordering: .relaxed) > 0 }
+                    // Deliveries end every few microseconds: cancel at varying points of one.
+                    spin(microseconds: UInt64(round % 37))
+                    timer.cancel()
+                }
+                exit(waitUntil { ran.load(ordering: .relaxed) == rounds } ? 0 : 1)
+            }
         }
     }
 }

@@ -218,9 +218,9 @@ extension LullSuite {
                 blockerStarted.set()
                 gate.wait()
             }
-            #expect(waitUntil { blockerStarted.isSet })
+            #expect(blockerStarted.await())
             WorkQueue.global(qos: .utility).async(flags: .barrier) { barrierRan.set() }
-            #expect(waitUntil { barrierRan.isSet })
+            #expect(barrierRan.await())
             gate.open()
         }
     }

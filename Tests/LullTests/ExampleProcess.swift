@@ -4,8 +4,8 @@ import Synchronization
 /// One of the package's example programs, started by a test as a child process with its
 /// standard output and error on a pipe, so that the test can wait for what it prints.
 ///
-/// The examples are executables of the package: `swift build --build-tests` puts them in the
-/// same products directory as the test bundle, which is where they are looked for.
+/// The examples are executables of the examples package (Examples/): `ExecutableLocator` says
+/// where they are looked for.
 final class ExampleProcess {
     struct LaunchError: Error, CustomStringConvertible {
         let description: String
@@ -18,21 +18,10 @@ final class ExampleProcess {
     private var received: [UInt8] = []
     private var exitStatus: Int32?
 
-    /// The products directory: the one that holds the running test bundle.
-    static var productsDirectory: String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard length > 0 else { return "." }
-        let path = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-    }
-
-    init(_ name: String, _ arguments: [String]) throws {
+    /// Starts the example `name` with `arguments`, in the test's environment plus `environment`.
+    init(_ name: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         self.name = name
-        let path = "\(Self.productsDirectory)/\(name)"
-        guard access(path, X_OK) == 0 else {
-            throw LaunchError(description: "\(path) is missing: build the examples with `swift build --build-tests`")
-        }
+        let path = try ExecutableLocator.path(of: name)
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { throw LaunchError(description: "pipe: \(String(cString: strerror(errno)))") }
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
@@ -60,8 +49,16 @@ final class ExampleProcess {
         var argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) }
         argv.append(nil)
         defer { for argument in argv { free(argument) } }
+        var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") }
+        var inherited = environ
+        while let entry = inherited.pointee {
+            envp.append(strdup(entry))
+            inherited += 1
+        }
+        envp.append(nil)
+        defer { for entry in envp { free(entry) } }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+        let result = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
         close(fds[1])
         guard result == 0 else {
             close(fds[0])

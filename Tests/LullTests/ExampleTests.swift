@@ -1,4 +1,3 @@
-import EchoServerKit
 import Glibc
 import Testing
 
@@ -11,7 +10,7 @@ extension IndependentSuite {
             let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "30"])
             let port = try #require(Self.port(from: server.waitForLine(containing: "listening on 127.0.0.1:")),
                                     "no port in: \(server.text)")
-            let client = try LoopbackSocket.connect(port: port)
+            let client = try LoopbackClient.connect(port: port)
             defer { close(client) }
 
             let greeting = Array("hello, lull\n".utf8)
@@ -31,7 +30,7 @@ extension IndependentSuite {
         @Test func echoServerClosesIdleConnections() throws {
             let server = try ExampleProcess("echo-server", ["--port", "0", "--idle-timeout", "1"])
             let port = try #require(Self.port(from: server.waitForLine(containing: "listening on 127.0.0.1:")))
-            let client = try LoopbackSocket.connect(port: port)
+            let client = try LoopbackClient.connect(port: port)
             defer { close(client) }
             #expect(try Self.exchange(client, Array("ping".utf8)) == Array("ping".utf8))
 
@@ -107,6 +106,41 @@ extension IndependentSuite {
             #expect(line("reports: timer handler (WorkItem, .assignCurrentContext)")?.contains("GET /users/42") == true)
             #expect(!example.text.contains("MISMATCH"))
             #expect(example.text.contains("Every block saw what the rules say."))
+        }
+
+        // MARK: qos-demo
+
+        /// Every class runs at its own QoS (the main thread's `group.wait()` raises nothing),
+        /// so the kernel shares the CPU by the classes' nice values and the higher classes
+        /// finish first. The order is checked as a rank statistic with a margin (at most two
+        /// of the ten pairs of classes out of order, and user-interactive ahead of
+        /// background): on a busy machine two neighbouring classes may swap.
+        @Test func qosDemoShowsHigherClassesFinishingFirst() throws {
+            let demo = try ExampleProcess("qos-demo", [], environment: ["QOS_DEMO_CHUNK_SIZE": "40000"])
+            #expect(demo.waitForExit() == 0, "output: \(demo.text)")
+            let classes = ["user-interactive", "user-initiated", "default", "utility", "background"]
+            let rows = demo.text.split(separator: "\n")
+                .map { $0.split(separator: " ").map(String.init) }
+                .filter { $0.count >= 5 && classes.contains($0[0]) && $0[2] == "s" }
+            try #require(rows.count == classes.count, "output: \(demo.text)")
+            for row in rows {
+                #expect(row[4] == row[0], "a block of \(row[0]) ran at \(row[4]): \(demo.text)")
+            }
+            let nices = classes.map { name in rows.first { $0[0] == name }.flatMap { Int($0[3]) } ?? 0 }
+            #expect(nices == nices.sorted(), "nice values by class: \(nices)")
+            // Without the privilege to raise priorities, the top classes share one nice value
+            // and finish in any order among themselves.
+            guard geteuid() == 0 else { return }
+            #expect(nices == [-10, -5, 0, 5, 15].map { $0 + nices[2] }, "nice values by class: \(nices)")
+            let finishRank = classes.map { name in rows.firstIndex { $0[0] == name }! }
+            var inversions = 0
+            for earlier in 0..<classes.count {
+                for later in (earlier + 1)..<classes.count where finishRank[earlier] > finishRank[later] {
+                    inversions += 1
+                }
+            }
+            #expect(inversions <= 2, "finish order \(rows.map { $0[0] }): \(demo.text)")
+            #expect(finishRank[0] < finishRank[4], "finish order \(rows.map { $0[0] })")
         }
 
         // MARK: Helpers

@@ -128,14 +128,14 @@ extension LullSuite {
                 watcher.setEventHandler { log.record($0) }
                 answered.set()
             }
-            #expect(waitUntil(timeout: .seconds(3)) { answered.isSet }, "a public call waited for the walk")
+            #expect(answered.await(timeout: .seconds(3)), "a public call waited for the walk")
             // A change made during the walk in a directory it watches already: reported once
             // the walk is done.
             try FileSystemTestKit.write(directory.at("during"), "x")
             #expect(!activated.isSet)
             proceed.open()
-            #expect(waitUntil { activated.isSet })
-            #expect(waitUntil { answered.isSet })
+            #expect(activated.await())
+            #expect(answered.await())
             #expect(log.waitFor(.created, directory.at("during")), "\(log.summary)")
             // Both subdirectories are watched.
             for name in ["a", "b"] {

@@ -68,7 +68,7 @@ enum ForkProbe {
         timer.setEventHandler { fired.set() }
         timer.schedule(deadline: .now() + .milliseconds(1))
         timer.activate()
-        require(waitUntil { fired.isSet }, "the parent's timer never fired")
+        require(fired.await(), "the parent's timer never fired")
         timer.cancel()
     }
 

@@ -35,10 +35,11 @@ func schedulerState(tid: Int32) -> Character? {
     return rest.first
 }
 
-extension LullSuite {
-    @Suite struct IdleTests {
+extension IndependentSuite {
+    @Suite(.serialized) struct IdleTests {
         /// An idle runtime sleeps: once its work is done, its workers make (almost) no
-        /// context switches. Runs in a child process so that no other test's work counts.
+        /// context switches. Runs in a child process so that no other test's work counts
+        /// (and so alongside `LullSuite`).
         @Test func idleWorkersDoNotWakeUp() async {
             let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 // Warm up: every kind of queue, every class, and timers.

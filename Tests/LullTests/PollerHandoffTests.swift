@@ -56,7 +56,7 @@ extension LullSuite {
                 }
                 let fired = Flag()
                 WorkQueue(label: "lull.test.handoff").asyncAfter(deadline: .now() + .milliseconds(50)) { fired.set() }
-                guard waitUntil({ fired.isSet }) else {
+                guard fired.await() else {
                     printToStandardError("the reactor no longer polls: the timer never fired")
                     exit(4)
                 }

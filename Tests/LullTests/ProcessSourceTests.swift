@@ -33,7 +33,7 @@ extension LullSuite {
             #expect(reapableInHandler.isSet, "the exited child was not waitable from the handler")
             #expect(SourceTestKit.reap(pid) == 3, "waitpid could not reap the child or saw the wrong status")
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(keepsHolding(for: .milliseconds(100)) { events.count == 1 })
         }
 
@@ -58,7 +58,7 @@ extension LullSuite {
             #expect(source.registrationError == nil)
             #expect(SourceTestKit.reap(pid) == 0)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func severalSourcesOnOneChildAllSeeItsExit() throws {
@@ -97,7 +97,7 @@ extension LullSuite {
             source.setEventHandler { events.increment() }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(source.isCancelled)
             let description = source.registrationError.map { "\($0)" } ?? ""
             #expect(source.registrationError != nil)

@@ -144,7 +144,7 @@ extension LullSuite {
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
-        // MARK: Synchronous inversion: sync, WorkItem.wait, WorkGroup.wait
+        // MARK: Synchronous inversion: sync, WorkItem.wait (WorkGroup.wait raises nothing)
 
         @Test func syncFromAMoreImportantThreadRaisesTheDrainItWaitsFor() {
             let queue = WorkQueue(label: "lull.test.override.sync", qos: .utility)
@@ -159,7 +159,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(inSync.value?.qos == .userInitiated)
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
             // The queue itself is back at its QoS.
@@ -178,7 +178,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInteractive))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -195,7 +195,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { returned.isSet })
+            #expect(returned.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -211,7 +211,7 @@ extension LullSuite {
             }
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -246,24 +246,28 @@ extension LullSuite {
             // The block ahead of the item is raised, then the item itself.
             #expect(holder.waitUntilRunning(at: .userInitiated))
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(itemSaw.value?.qos == .userInitiated)
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
-        @Test func waitingOnAGroupRaisesTheThreadsRunningItsBlocks() {
+        @Test func waitingOnAGroupRaisesNothing() {
+            // The contract: a group has no owner to raise; its blocks keep their QoS.
             let group = WorkGroup()
             let holder = Holder()
             WorkQueue.global(qos: .utility).async(group: group, execute: holder.block)
             #expect(holder.waitUntilRunning(at: .utility))
+            let waiting = Flag()
             let waited = Flag()
             WorkQueue.global(qos: .userInitiated).async {
+                waiting.set()
                 group.wait()
                 waited.set()
             }
-            #expect(holder.waitUntilRunning(at: .userInitiated))
+            #expect(waitUntil { waiting.isSet })
+            #expect(keepsHolding(for: .milliseconds(50)) { holder.seen?.qos == .utility })
             holder.gate.open()
-            #expect(waitUntil { waited.isSet })
+            #expect(waited.await())
             #expect(holder.waitUntilThreadDropsBack(to: .utility))
         }
 
@@ -277,7 +281,7 @@ extension LullSuite {
                 waiting.set()
                 item.wait()
             }
-            #expect(waitUntil { waiting.isSet })
+            #expect(waiting.await())
             #expect(keepsHolding(for: .milliseconds(50)) { holder.seen?.qos == .userInitiated })
             holder.gate.open()
             #expect(holder.waitUntilThreadDropsBack(to: .userInitiated))

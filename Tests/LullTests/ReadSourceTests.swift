@@ -54,7 +54,7 @@ extension LullSuite {
             #expect(seen.values == [5, 1_000])
             #expect(received.locked { $0 } == Array("hello".utf8) + thousand)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test(arguments: SourceByteChannel.allCases)
@@ -76,9 +76,9 @@ extension LullSuite {
                 cancelled.set()
             }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             close(writer)
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(seen.values == [0])
         }
 
@@ -107,7 +107,7 @@ extension LullSuite {
             #expect(SourceTestKit.writeAll(writer, [1, 2, 3]) == 3)
             close(writer)
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet }, "no end-of-file delivery after the data: \(seen.values)")
+            #expect(cancelled.await(timeout: .seconds(10)), "no end-of-file delivery after the data: \(seen.values)")
             #expect(seen.values == [3, 0])
             #expect(received.locked { $0 } == [1, 2, 3])
         }
@@ -142,7 +142,7 @@ extension LullSuite {
             #expect(keepsHolding(for: .milliseconds(200)) { seen.count == 12 })
             #expect(Array(seen.values.suffix(2)) == [2, 1])
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test(arguments: SourceByteChannel.allCases)
@@ -169,7 +169,7 @@ extension LullSuite {
                 #expect(keepsHolding(for: .milliseconds(150)) { calls.value == round }, "round \(round): \(calls.value) calls")
             }
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func onARegularFileDataIsTheBytesFromTheOffsetToTheEnd() throws {
@@ -194,7 +194,7 @@ extension LullSuite {
             #expect(seen.values == [100, 70, 40, 10])
             #expect(received.value == 100)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func onARegularFileStartingMidwayDataCountsFromTheOffset() throws {
@@ -215,7 +215,7 @@ extension LullSuite {
             #expect(keepsHolding(for: .milliseconds(300)) { seen.count == 1 })
             #expect(seen.values == [600])
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func onARegularFileAtItsEndItDoesNotFire() throws {
@@ -231,12 +231,12 @@ extension LullSuite {
             source.setEventHandler { calls.increment() }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             #expect(keepsHolding(for: .milliseconds(300)) { calls.value == 0 })
             #expect(source.registrationError == nil)
             #expect(!source.isCancelled)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(calls.value == 0)
         }
     }

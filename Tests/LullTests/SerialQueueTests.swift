@@ -98,7 +98,7 @@ extension LullSuite {
             for _ in 0..<10 {
                 queue.async { ran.increment() }
             }
-            #expect(waitUntil { firstStarted.isSet })
+            #expect(firstStarted.await())
             #expect(keepsHolding { ran.value == 0 })
             gate.open()
             #expect(waitUntil { ran.value == 10 })

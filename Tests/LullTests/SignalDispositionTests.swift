@@ -34,13 +34,13 @@ extension LullSuite {
         static func activatedWatcher(_ number: Int32, _ label: String) -> SignalSourceTests.Watcher {
             let watcher = SignalSourceTests.Watcher(signal: number, label: label)
             watcher.source.activate()
-            #expect(waitUntil { watcher.registered.isSet })
+            #expect(watcher.registered.await())
             return watcher
         }
 
         static func cancel(_ watcher: SignalSourceTests.Watcher) {
             watcher.source.cancel()
-            #expect(waitUntil { watcher.cancelled.isSet })
+            #expect(watcher.cancelled.await())
         }
 
         @Test func cancellingTheLastSourcePutsBackSIGIGN() {

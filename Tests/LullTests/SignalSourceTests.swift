@@ -102,18 +102,18 @@ extension LullSuite {
             SignalSourceTests.raiseUnblocked(SIGUSR1)
             #expect(waitFor(seconds: 10) { first.sum == 1 })
             first.source.cancel()
-            #expect(waitFor(seconds: 10) { first.cancelled.isSet })
+            #expect(first.cancelled.await(timeout: .seconds(10)))
             SignalSourceTests.raiseUnblocked(SIGUSR1)
             SignalSourceTests.raiseUnblocked(SIGUSR1)
             let later = Watcher(signal: SIGUSR1, label: "lull.test.src.signal.later")
             later.source.activate()
-            #expect(waitFor(seconds: 10) { later.registered.isSet })
+            #expect(later.registered.await(timeout: .seconds(10)))
             SignalSourceTests.raiseUnblocked(SIGUSR1)
             #expect(waitFor(seconds: 10) { later.sum >= 1 })
             #expect(keepsHolding(for: .milliseconds(200)) { later.sum == 1 }, "counted \(later.sum) signals, 1 was sent after activation")
             #expect(first.sum == 1)
             later.source.cancel()
-            #expect(waitFor(seconds: 10) { later.cancelled.isSet })
+            #expect(later.cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func aSignalCaughtByTheProgramsOwnHandlerIsSeenByBoth() {
@@ -123,23 +123,23 @@ extension LullSuite {
             let before = programHandlerCalls.load(ordering: .relaxed)
             let watcher = Watcher(signal: SIGURG, label: "lull.test.src.signal.program-handler")
             watcher.source.activate()
-            #expect(waitFor(seconds: 10) { watcher.registered.isSet })
+            #expect(watcher.registered.await(timeout: .seconds(10)))
             SignalSourceTests.raiseUnblocked(SIGURG)
             #expect(waitFor(seconds: 10) { watcher.sum == 1 })
             #expect(programHandlerCalls.load(ordering: .relaxed) == before + 1)
             watcher.source.cancel()
-            #expect(waitFor(seconds: 10) { watcher.cancelled.isSet })
+            #expect(watcher.cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func aSignalWhoseDefaultIsToBeIgnoredNeedsNoDisposition() {
             let watcher = Watcher(signal: SIGWINCH, label: "lull.test.src.signal.default-ignored")
             watcher.source.activate()
-            #expect(waitFor(seconds: 10) { watcher.registered.isSet })
+            #expect(watcher.registered.await(timeout: .seconds(10)))
             SignalSourceTests.raiseUnblocked(SIGWINCH)
             SignalSourceTests.raiseUnblocked(SIGWINCH)
             #expect(waitFor(seconds: 10) { watcher.sum == 2 })
             watcher.source.cancel()
-            #expect(waitFor(seconds: 10) { watcher.cancelled.isSet })
+            #expect(watcher.cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func aSourceActivatedAfterTheProgramSetTheDispositionAgainSeesTheSignal() {
@@ -151,15 +151,15 @@ extension LullSuite {
             SignalSourceTests.raiseUnblocked(SIGPWR)
             #expect(waitFor(seconds: 10) { first.sum == 1 })
             first.source.cancel()
-            #expect(waitFor(seconds: 10) { first.cancelled.isSet })
+            #expect(first.cancelled.await(timeout: .seconds(10)))
             signal(SIGPWR, SIG_IGN)
             let second = Watcher(signal: SIGPWR, label: "lull.test.src.signal.redisposition.second")
             second.source.activate()
-            #expect(waitFor(seconds: 10) { second.registered.isSet })
+            #expect(second.registered.await(timeout: .seconds(10)))
             SignalSourceTests.raiseUnblocked(SIGPWR)
             #expect(waitFor(seconds: 10) { second.sum == 1 }, "the source activated after signal(SIGPWR, SIG_IGN) saw \(second.sum) signals")
             second.source.cancel()
-            #expect(waitFor(seconds: 10) { second.cancelled.isSet })
+            #expect(second.cancelled.await(timeout: .seconds(10)))
         }
 
         @Test(arguments: [Int32(0), 32, 33, 65, 1_000, -3, SIGKILL, SIGSTOP])
@@ -172,7 +172,7 @@ extension LullSuite {
             source.setEventHandler { events.increment() }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(source.isCancelled)
             let error = source.registrationError
             #expect(error != nil)
@@ -190,7 +190,7 @@ extension LullSuite {
             let cancelled = Flag()
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             let description = source.registrationError.map { "\($0)" } ?? ""
             #expect(description.contains("valid: 1...31 and SIGRTMIN...SIGRTMAX (\(lull_signal_realtime_min())...\(lull_signal_realtime_max()))"),
                     "registrationError: \(description)")
@@ -206,11 +206,11 @@ extension LullSuite {
                 signal(number, SIG_IGN)
                 let watcher = Watcher(signal: number, label: "lull.test.src.signal.realtime")
                 watcher.source.activate()
-                #expect(waitFor(seconds: 10) { watcher.registered.isSet }, "signal \(number)")
+                #expect(watcher.registered.await(timeout: .seconds(10)), "signal \(number)")
                 SignalSourceTests.raiseUnblocked(number)
                 #expect(waitFor(seconds: 10) { watcher.sum == 1 }, "signal \(number)")
                 watcher.source.cancel()
-                #expect(waitFor(seconds: 10) { watcher.cancelled.isSet })
+                #expect(watcher.cancelled.await(timeout: .seconds(10)))
             }
         }
     }

@@ -131,7 +131,7 @@ extension LullSuite {
                 #expect(steps.filter { $0 == .cancel }.count == 1)
                 #expect(steps.last == .cancel, "round \(round): A's event handler ran after its cancel handler")
                 sourceB.cancel()
-                #expect(waitFor(seconds: 10) { cancelledB.isSet })
+                #expect(cancelledB.await(timeout: .seconds(10)))
             }
             #expect(reusedNumbers > 0, "no round reused the descriptor number: the test proved nothing")
         }
@@ -147,7 +147,7 @@ extension LullSuite {
             sourceA.setEventHandler { eventsA.increment() }
             sourceA.setCancelHandler { cancelledA.set() }
             sourceA.activate()
-            #expect(waitFor(seconds: 10) { registeredA.isSet })
+            #expect(registeredA.await(timeout: .seconds(10)))
             // The program closes the descriptor behind the source's back...
             close(number)
             // ...and the number comes back for another file.
@@ -168,7 +168,7 @@ extension LullSuite {
                 cancelledB.set()
             }
             sourceB.activate()
-            #expect(waitFor(seconds: 10) { cancelledA.isSet }, "the source of the closed descriptor was not cancelled")
+            #expect(cancelledA.await(timeout: .seconds(10)), "the source of the closed descriptor was not cancelled")
             let description = sourceA.registrationError.map { "\($0)" } ?? ""
             #expect(sourceA.registrationError != nil)
             #expect(description.contains("descriptor \(number)"), "registrationError: \(description)")
@@ -178,7 +178,7 @@ extension LullSuite {
             #expect(sourceB.registrationError == nil && !sourceB.isCancelled)
             #expect(eventsA.value == 0, "the old source saw the new file's data")
             sourceB.cancel()
-            #expect(waitFor(seconds: 10) { cancelledB.isSet })
+            #expect(cancelledB.await(timeout: .seconds(10)))
             close(old.write)
         }
     }

@@ -34,7 +34,7 @@ extension LullSuite {
             #expect(registered.value == 1)
             #expect(seen.values == [5])
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func resumeOfANeverActivatedSourceActivatesIt() throws {
@@ -66,7 +66,7 @@ extension LullSuite {
             #expect(seen.values == [3, 2])
             #expect(registered.value == 1)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func activatingASuspendedSourceDeliversOnlyAfterResume() {
@@ -141,7 +141,7 @@ extension LullSuite {
             #expect(waitFor(seconds: 10) { log.values.contains("event") })
             #expect(Array(log.values.prefix(3)) == ["registration-start", "registration-end", "event"], "\(log.values)")
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(log.values.filter { $0.hasPrefix("registration-start") }.count == 1)
         }
 
@@ -221,7 +221,7 @@ extension LullSuite {
             #expect(waitFor(seconds: 10) { received.value == 1_000 })
             #expect(overlap.maximum == 1, "the event handler ran \(overlap.maximum) times at once")
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func eventsMergeWhileTheHandlerRuns() {
@@ -258,7 +258,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             for value in [1, 2, 3, 4] as [UInt] { source.add(data: value) }
             #expect(keepsHolding(for: .milliseconds(200)) { seen.count == 0 })
@@ -278,7 +278,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.suspend()
             source.add(data: 1)
@@ -468,12 +468,12 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             target.suspend()
             source.cancel()
             #expect(keepsHolding(for: .milliseconds(300)) { !cancelled.isSet })
             target.resume()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         @Test func aSuspendedCancelledSourceDeliversItsCancelHandlerOnlyOnceResumed() {
@@ -485,7 +485,7 @@ extension LullSuite {
             source.setEventHandler { events.increment() }
             source.setCancelHandler { cancelled.increment() }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.add(data: 3)
             source.cancel()
@@ -518,7 +518,7 @@ extension LullSuite {
                 weakSource = source
                 source.cancel()
             }
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(waitFor(seconds: 10) { weakSource == nil }, "the cancelled source was never freed")
         }
 
@@ -538,7 +538,7 @@ extension LullSuite {
                 weakSource = source
                 source.cancel()
             }
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(waitFor(seconds: 10) { weakSource == nil }, "the cancelled source was never freed")
         }
 
@@ -562,7 +562,7 @@ extension LullSuite {
             source.activate()
             source.add(data: 1)
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(waitFor(seconds: 10) {
                 eventCanaryFreed.isSet && cancelCanaryFreed.isSet && registrationCanaryFreed.isSet
             }, "handlers kept after cancellation: event \(eventCanaryFreed.isSet), cancel \(cancelCanaryFreed.isSet), registration \(registrationCanaryFreed.isSet)")
@@ -719,7 +719,7 @@ extension LullSuite {
             }
             #expect(waitFor(seconds: 10) { seen.locked { $0["event"] != nil } })
             setterQueue.async { source.cancel() }
-            #expect(waitFor(seconds: 10) { done.isSet })
+            #expect(done.await(timeout: .seconds(10)))
             let values = seen.locked { $0 }
             #expect(values.keys.sorted() == ["cancel", "event", "registration"])
             for (handler, observed) in values {
@@ -742,7 +742,7 @@ extension LullSuite {
             source.add(data: 1)
             #expect(waitFor(seconds: 10) { seen.locked { $0["event"] != nil } })
             source.cancel()
-            #expect(waitFor(seconds: 10) { done.isSet })
+            #expect(done.await(timeout: .seconds(10)))
             for (handler, observed) in seen.locked({ $0 }) {
                 #expect(observed.qosClass == qosClass, "\(handler) handler ran at \(observed)")
             }

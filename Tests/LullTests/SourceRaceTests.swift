@@ -122,7 +122,7 @@ extension LullSuite {
             source.setCancelHandler { cancelled.set() }
             source.activate()
             source.cancel()
-            waitUntil { cancelled.isSet }
+            cancelled.await()
             close(pipe.read)
             close(pipe.write)
         }
@@ -206,7 +206,7 @@ extension LullSuite {
             sourceA.setEventHandler { eventsA.increment() }
             sourceA.setCancelHandler { cancelledA.set() }
             sourceA.activate()
-            #expect(waitUntil { registeredA.isSet })
+            #expect(registeredA.await())
             // The program closes the descriptor behind the source's back and opens the same
             // object again: the same device and inode, on the same number.
             close(first)
@@ -228,7 +228,7 @@ extension LullSuite {
             }
             sourceB.setCancelHandler { cancelledB.set() }
             sourceB.activate()
-            #expect(waitUntil { cancelledA.isSet }, "the source of the closed descriptor was not cancelled")
+            #expect(cancelledA.await(), "the source of the closed descriptor was not cancelled")
             let description = sourceA.registrationError.map { "\($0)" } ?? ""
             #expect(description.contains("descriptor \(first)") && description.contains("reused"),
                     "registrationError: \(description)")
@@ -237,7 +237,7 @@ extension LullSuite {
             #expect(sourceB.registrationError == nil && !sourceB.isCancelled)
             #expect(eventsA.value == 0, "the old source saw the new open file's data")
             sourceB.cancel()
-            #expect(waitUntil { cancelledB.isSet })
+            #expect(cancelledB.await())
         }
 
         @Test func aFifoClosedWhileWatchedAndOpenedAgainOnTheSameNumberCancelsTheOldSourceAndTheNewOneFires() throws {

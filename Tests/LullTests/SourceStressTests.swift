@@ -248,7 +248,7 @@ extension LullSuite {
             #expect(waitFor(seconds: 10) { received.load(ordering: .relaxed) == chunks * chunk.count },
                     "received \(received.load(ordering: .relaxed)) of \(chunks * chunk.count)")
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
         }
 
         // MARK: Cancel during delivery
@@ -280,13 +280,13 @@ extension LullSuite {
                 source.add(data: 1)
                 let waitForStart = iteration % 3 != 0
                 if waitForStart {
-                    #expect(waitFor(seconds: 10) { started.isSet })
+                    #expect(started.await(timeout: .seconds(10)))
                 }
                 // Cancel from another thread while more events keep arriving.
                 let canceller = WorkQueue.global(qos: .userInitiated)
                 canceller.async { source.cancel() }
                 for _ in 0..<20 { source.add(data: 1) }
-                #expect(waitFor(seconds: 10) { cancelled.isSet }, "iteration \(iteration)")
+                #expect(cancelled.await(timeout: .seconds(10)), "iteration \(iteration)")
                 if waitForStart {
                     #expect(Array(log.values.prefix(2)) == [.start, .end], "iteration \(iteration): \(log.values)")
                 }
@@ -332,9 +332,9 @@ extension LullSuite {
                 }
                 source.activate()
                 #expect(SourceTestKit.writeAll(writer, [UInt8](repeating: 1, count: 64)) == 64)
-                #expect(waitFor(seconds: 10) { started.isSet })
+                #expect(started.await(timeout: .seconds(10)))
                 SourceTestKit.runThreads(1) { _ in source.cancel() }
-                #expect(waitFor(seconds: 10) { cancelled.isSet })
+                #expect(cancelled.await(timeout: .seconds(10)))
                 #expect(keepsHolding(for: .milliseconds(20)) { log.values.last == .cancel })
                 let steps = log.values
                 #expect(steps.last == .cancel && steps.filter { $0 == .cancel }.count == 1, "iteration \(iteration): \(steps)")

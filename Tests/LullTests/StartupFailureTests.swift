@@ -62,7 +62,7 @@ enum DescriptorExhaustion {
     static func useLull() {
         let ran = Flag()
         WorkQueue.global().async { ran.set() }
-        _ = waitUntil { ran.isSet }
+        _ = ran.await()
         exit(0)
     }
 

@@ -48,7 +48,7 @@ extension LullSuite {
             }
             queue.async { log.append("B") }
             queue.async { log.append("C") }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             queue.suspend()
             gate.open()
             // The running block finishes...
@@ -72,13 +72,13 @@ extension LullSuite {
                 gate.wait()
                 finished.set()
             }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             queue.suspend()
             for _ in 0..<10 {
                 queue.async { later.increment() }
             }
             gate.open()
-            #expect(waitUntil { finished.isSet })
+            #expect(finished.await())
             #expect(keepsHolding { later.value == 0 })
             queue.resume()
             #expect(waitUntil { later.value == 10 })

@@ -55,7 +55,7 @@ extension LullSuite {
             // The queue was released: async and sync work again.
             let ran = Flag()
             queue.async { ran.set() }
-            #expect(waitUntil { ran.isSet })
+            #expect(ran.await())
             #expect(queue.sync { 1 } == 1)
         }
 
@@ -87,11 +87,11 @@ extension LullSuite {
             let busyEnded = Flag()
             queue.async {
                 busyStarted.set()
-                waitUntil { callerReady.isSet }
+                callerReady.await()
                 sleep(milliseconds: 30)
                 busyEnded.set()
             }
-            #expect(waitUntil { busyStarted.isSet })
+            #expect(busyStarted.await())
             let outside = ThreadIdentity.current
             callerReady.set()
             let (inside, sawBusyEnded) = queue.sync(flags: .barrier) { (ThreadIdentity.current, busyEnded.isSet) }
@@ -107,7 +107,7 @@ extension LullSuite {
             let callerReady = Flag()
             let log = Recorder<String>()
             queue.async {
-                waitUntil { callerReady.isSet }
+                callerReady.await()
                 sleep(milliseconds: 30)
                 log.append("async")
             }
@@ -141,7 +141,7 @@ extension LullSuite {
                 started.set()
                 gate.wait()
             }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             // A plain sync does not wait for the running block (it is not a barrier).
             let ran = queue.sync { !gate.isOpen }
             #expect(ran)

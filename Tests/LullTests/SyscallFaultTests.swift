@@ -34,9 +34,9 @@ func firesAfterRegistration(_ source: any EventSourceProtocol, drain: @escaping 
     source.activate()
     guard waitUntil({ registered.isSet || cancelled.isSet }), registered.isSet else { return false }
     trigger()
-    let ran = waitUntil { fired.isSet }
+    let ran = fired.await()
     source.cancel()
-    return waitUntil { cancelled.isSet } && ran
+    return cancelled.await() && ran
 }
 
 /// Starts the runtime's parts that open descriptors once per process (the reactor, its
@@ -213,7 +213,7 @@ extension LullSuite {
             source.setEventHandler { deliveries.increment() }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitUntil { registered.isSet })
+            #expect(registered.await())
             withSyscallFault(.eventfdRead, errno: code) {
                 LullSuite.SignalSourceTests.raiseUnblocked(signal)
                 #expect(waitUntil { deliveries.value == 1 }, "the signal was lost")
@@ -223,7 +223,7 @@ extension LullSuite {
             LullSuite.SignalSourceTests.raiseUnblocked(signal)
             #expect(waitUntil { deliveries.value == 2 }, "the second signal was lost")
             source.cancel()
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
         }
 
         // MARK: pidfd_open
@@ -334,7 +334,7 @@ extension LullSuite {
                 SyscallFault.arm(.timerfdCreate, errno: EMFILE)
                 let fired = Flag()
                 WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(20)) { fired.set() }
-                childRequire(waitUntil { fired.isSet }, "the delayed block did not run")
+                childRequire(fired.await(), "the delayed block did not run")
                 childRequire(SyscallFault.hits(.timerfdCreate) == 1, "timerfd_create was not reached")
                 // With no timer left, nothing keeps a worker polling.
                 childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
@@ -391,11 +391,11 @@ extension LullSuite {
             let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 let warm = Flag()
                 WorkQueue.global().async { warm.set() }
-                childRequire(waitUntil { warm.isSet }, "the warm-up block did not run")
+                childRequire(warm.await(), "the warm-up block did not run")
                 SyscallFault.arm(.threadCreate, errno: EAGAIN, count: SyscallFault.always)
                 let ran = Flag()
                 WorkQueue.global(qos: .utility).async { ran.set() }
-                childRequire(waitUntil { ran.isSet }, "the utility block never ran")
+                childRequire(ran.await(), "the utility block never ran")
                 childRequire(SyscallFault.hits(.threadCreate) >= 1, "pthread_create was not reached")
             }
             let message = standardErrorText(result)
@@ -406,7 +406,7 @@ extension LullSuite {
             let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 let warm = Flag()
                 WorkQueue.global().async { warm.set() }
-                childRequire(waitUntil { warm.isSet }, "the warm-up block did not run")
+                childRequire(warm.await(), "the warm-up block did not run")
                 SyscallFault.arm(.threadCreate, errno: EAGAIN, count: SyscallFault.always)
                 let ran = Counter()
                 let queue = WorkQueue(label: "lull.test.fault.thread", attributes: .concurrent)
@@ -429,7 +429,7 @@ extension LullSuite {
                 SyscallFault.arm(.socket, errno: EMFILE)
                 let fired = Flag()
                 WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { fired.set() }
-                childRequire(waitUntil { fired.isSet }, "the delayed block did not run")
+                childRequire(fired.await(), "the delayed block did not run")
                 childRequire(SyscallFault.hits(.socket) == 1, "socket was not reached")
             }
             let message = standardErrorText(result)

@@ -97,7 +97,7 @@ extension LullSuite {
                 gate.wait()
                 log.append("target block")
             }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             child.async { log.append("child block") }
             #expect(keepsHolding { log.count == 0 })
             gate.open()
@@ -117,7 +117,7 @@ extension LullSuite {
                 gate.wait()
                 log.append("target block")
             }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             child.async { log.append("child block") }
             child.activate()
             #expect(keepsHolding { log.count == 0 })

@@ -127,11 +127,71 @@ final class Counter: Sendable {
 
 final class Flag: Sendable {
     private let storage = Atomic<Bool>(false)
+    private let notifier = ChangeNotifier()
 
     var isSet: Bool { storage.load(ordering: .acquiring) }
 
     func set() {
         storage.store(true, ordering: .releasing)
+        notifier.notifyAll()
+    }
+
+    /// Waits until set, woken by `set` (no polling); false if it stayed clear for `timeout`.
+    @discardableResult
+    func await(timeout: Duration = generousTimeout) -> Bool {
+        notifier.wait(timeout: timeout) { isSet }
+    }
+}
+
+/// Wakes the threads that wait for a condition other threads change: the changer calls
+/// `notifyAll` after the change, and each waiter looks at its condition again. A pthread
+/// mutex and a condition variable on CLOCK_MONOTONIC: a waiter looks under the mutex and
+/// sleeps in the same critical section, and `notifyAll` takes the mutex, so a change made
+/// before `notifyAll` is never missed.
+final class ChangeNotifier: Sendable {
+    // Allocated and initialised in init, destroyed in deinit once no thread can use them;
+    // every other access is a pthread call, which synchronises itself.
+    private nonisolated(unsafe) let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private nonisolated(unsafe) let condition: UnsafeMutablePointer<pthread_cond_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        condition = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    func notifyAll() {
+        pthread_mutex_lock(mutex)
+        pthread_cond_broadcast(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Sleeps until `holds` is true (looked at after every `notifyAll`) or `timeout` passes;
+    /// returns the last look.
+    func wait(timeout: Duration, until holds: () -> Bool) -> Bool {
+        let (seconds, attoseconds) = timeout.components
+        let end = monotonicNanoseconds() &+ UInt64(max(0, seconds)) * 1_000_000_000
+            &+ UInt64(max(0, attoseconds / 1_000_000_000))
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !holds() {
+            guard monotonicNanoseconds() < end else { return holds() }
+            var until = timespec(tv_sec: Int(end / 1_000_000_000), tv_nsec: Int(end % 1_000_000_000))
+            pthread_cond_timedwait(condition, mutex, &until)
+        }
+        return true
     }
 }
 
@@ -142,10 +202,11 @@ final class Gate: Sendable {
     func open() { flag.set() }
     var isOpen: Bool { flag.isSet }
 
-    /// Waits (polling) until opened; false if it stayed closed for the generous timeout.
+    /// Waits until opened (woken by `open`); false if it stayed closed for the generous
+    /// timeout.
     @discardableResult
     func wait() -> Bool {
-        waitUntil { flag.isSet }
+        flag.await()
     }
 }
 

@@ -11,7 +11,7 @@ extension LullSuite {
             // process that has no thread to poll with, nothing can run until one is created).
             let ran = Flag()
             WorkQueue.global(qos: .default).async { ran.set() }
-            try #require(waitUntil { ran.isSet })
+            try #require(ran.await())
             let utility = Runtime.shared.pool.classes[QoS.QoSClass.utility.poolIndex]
             // Every utility worker waits (a Lull wait, so the pool knows) for a block queued
             // behind them; their number is unknown, so more waiters than threads are queued.
@@ -34,7 +34,7 @@ extension LullSuite {
                 left.set()
                 group.leave()
             }
-            #expect(waitUntil { left.isSet }, "the block queued while thread creation failed never ran")
+            #expect(left.await(), "the block queued while thread creation failed never ran")
             if !left.isSet { group.leave() }
             #expect(waitUntil { waited.value == waiters })
         }

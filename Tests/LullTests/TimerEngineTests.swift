@@ -3,8 +3,8 @@ import Synchronization
 import Testing
 @testable import Lull
 
-/// The timer engine on the process's runtime, with real time: its heap, an entry firing on
-/// the real reactor, and `asyncAfter` on it. The coalescing rules themselves (wake-ups equal
+/// The timer engine on the process's runtime, with real time: an entry firing on the real
+/// reactor, and `asyncAfter` on it (the engine's pure rules are in `TimerEngineRuleTests`). The coalescing rules themselves (wake-ups equal
 /// to the optimum, shared instants, arming, wall-clock changes) are checked exactly on a
 /// manual clock in DrivenTimerEngineTests.
 ///
@@ -13,93 +13,6 @@ import Testing
 /// with generous timeouts.
 extension LullSuite {
     @Suite struct TimerEngineTests {
-        // MARK: The heap
-
-        @Test func heapKeepsItsOrderAndFindsTheEarliestWindowEndUnderRandomInsertsAndRemovals() {
-            var heap = TimerHeap()
-            var random = TimerTestKit.Random(seed: 0x4EA9)
-            var live: [TimerEntry] = []
-            var sequence: UInt32 = .max - 1000  // wraps through 0 midway
-            var misordered = 0
-            var wrongEnds = 0
-            var badSlots = 0
-            for step in 0..<3_000 {
-                if live.isEmpty || random.next() % 3 != 0 {
-                    let entry = CallbackEntry({})
-                    // Few distinct times: many ties, broken by the sequence. Some windows
-                    // reach the end of the clock.
-                    entry.deadline = UInt64.random(in: 0...200, using: &random)
-                    entry.leeway = step % 97 == 0 ? .max : UInt64.random(in: 0...200, using: &random)
-                    entry.sequence = sequence
-                    sequence = TimerSequence.next(after: sequence)
-                    heap.insert(entry)
-                    live.append(entry)
-                } else {
-                    let entry = live.remove(at: Int.random(in: live.indices, using: &random))
-                    heap.remove(entry)
-                    if entry.slot != -1 { badSlots += 1 }
-                }
-                let smallest = live.min { TimerTestKit.key(of: $0) < TimerTestKit.key(of: $1) }
-                if heap.count != live.count || heap.first !== smallest || heap.firstDeadline != smallest?.deadline {
-                    misordered += 1
-                }
-                if heap.earliestWindowEnd() != live.map(\.latest).min() { wrongEnds += 1 }
-            }
-            #expect(misordered == 0, "the heap's first was not the smallest key \(misordered) times")
-            #expect(wrongEnds == 0, "the earliest window end was wrong \(wrongEnds) times")
-            #expect(badSlots == 0, "removed entries kept a slot")
-
-            // Removing an entry the heap does not hold (even one whose slot points into
-            // this heap's range) changes nothing.
-            let stranger = CallbackEntry({})
-            var other = TimerHeap()
-            other.insert(stranger)
-            let countBefore = heap.count
-            heap.remove(stranger)
-            #expect(heap.count == countBefore)
-            #expect(stranger.slot == 0, "removing from the wrong heap touched the entry")
-
-            // Draining gives the keys in order, ties in insertion order.
-            var previous: (UInt64, UInt32)?
-            var drained = 0
-            while let first = heap.first {
-                let key = TimerTestKit.key(of: first)
-                if let previous { #expect(previous < key, "\(previous) came before \(key)") }
-                previous = key
-                heap.remove(first)
-                drained += 1
-            }
-            #expect(drained == live.count)
-            #expect(heap.earliestWindowEnd() == nil)
-
-            let all = other.removeAll()
-            #expect(all.count == 1 && other.count == 0 && other.first == nil)
-            #expect(stranger.slot == -1)
-        }
-
-        @Test func leewaysKeepTheirNanosecondsUpTo2sAndRoundDownToMillisecondsAbove() {
-            let entry = CallbackEntry({})
-            for exact: UInt64 in [0, 1, 999, 1_000_000, 123_456_789, 2_147_483_647] {
-                entry.leeway = exact
-                #expect(entry.leeway == exact)
-            }
-            // Above 2^31 ns: whole milliseconds, rounded down (a narrower window, never a later fire).
-            for (given, kept): (UInt64, UInt64) in [(2_147_483_648, 2_147_000_000), (2_500_000_000, 2_500_000_000),
-                                                    (60_000_000_999, 60_000_000_000),
-                                                    (86_400_000_000_000, 86_400_000_000_000)] {
-                entry.leeway = given
-                #expect(entry.leeway == kept, "\(given) ns")
-            }
-            // The widest finite leeway is about 24.8 days; anything wider (short of "no end")
-            // keeps that; .max is "no end" and the window never closes.
-            entry.leeway = .max - 1
-            #expect(entry.leeway == 2_147_483_646 * 1_000_000)
-            entry.leeway = .max
-            #expect(entry.leeway == .max)
-            entry.deadline = 5
-            #expect(entry.latest == .max)
-        }
-
         // MARK: Entries
 
         @Test(arguments: [0, 1, 10, 60])
@@ -119,43 +32,7 @@ extension LullSuite {
             #expect(waitUntil { Runtime.shared.timers.count == baseline })
         }
 
-
-        // MARK: Wall clock
-
-        @Test func wallDeadlinesConvertToTheMonotonicClockWithoutOverflow() {
-            let wallNow = realtimeNanoseconds()
-            let monotonicNow = monotonicNanoseconds()
-            let converted = monotonicDeadline(forWall: wallNow + 1_000_000_000)
-            #expect(converted >= monotonicNow + 900_000_000 && converted <= monotonicNanoseconds() + 1_000_000_000)
-            #expect(monotonicDeadline(forWall: 0) <= monotonicNanoseconds(), "a wall deadline in the past is due now")
-            #expect(monotonicDeadline(forWall: .max) == .max)
-            #expect(monotonicDeadline(forWall: .max - 1) >= UInt64.max - 1 - wallNow)
-        }
-
         // MARK: asyncAfter on the engine
-
-        @Test func asyncAfterLeewayIsTenPercentClampedBetween1msAnd60s() {
-            let millisecond: UInt64 = 1_000_000
-            let second: UInt64 = 1_000_000_000
-            let table: [(delay: UInt64, leeway: UInt64)] = [
-                (0, millisecond), (1, millisecond), (5 * millisecond, millisecond),
-                (10 * millisecond, millisecond), (10 * millisecond + 9, millisecond),
-                (10 * millisecond + 10, millisecond + 1), (20 * millisecond, 2 * millisecond),
-                (250 * millisecond, 25 * millisecond), (second, 100 * millisecond),
-                (599 * second, 59_900 * millisecond), (600 * second, 60 * second),
-                (601 * second, 60 * second), (3_600 * second, 60 * second), (.max, 60 * second),
-            ]
-            for (delay, leeway) in table {
-                #expect(DelayedWork.leeway(forDelay: delay) == leeway, "delay \(delay) ns")
-            }
-            // And against the rule itself, over a range of delays.
-            var random = TimerTestKit.Random(seed: 10)
-            for _ in 0..<2_000 {
-                let delay = UInt64.random(in: 0...(2_000 * second), using: &random)
-                let expected = delay <= 10 * millisecond ? millisecond : (delay >= 600 * second ? 60 * second : delay / 10)
-                #expect(DelayedWork.leeway(forDelay: delay) == expected, "delay \(delay) ns")
-            }
-        }
 
         /// asyncAfter blocks get their 10 % window on the engine and share wake-ups:
         /// A = [T, T + 30 ms] (delay 300 ms), B = [T + 20 ms, T + 52 ms] (delay 320 ms).
@@ -337,5 +214,129 @@ enum TimerTestKit {
             if trial(log) { return TrialOutcome(succeeded: true, notes: log.notes) }
         }
         return TrialOutcome(succeeded: false, notes: log.notes)
+    }
+}
+
+/// The engine's pure rules (the heap, leeway rounding, wall-to-monotonic conversion, the
+/// asyncAfter leeway): no runtime state, so they run alongside `LullSuite`.
+extension IndependentSuite {
+    @Suite(.serialized) struct TimerEngineRuleTests {
+        @Test func asyncAfterLeewayIsTenPercentClampedBetween1msAnd60s() {
+            let millisecond: UInt64 = 1_000_000
+            let second: UInt64 = 1_000_000_000
+            let table: [(delay: UInt64, leeway: UInt64)] = [
+                (0, millisecond), (1, millisecond), (5 * millisecond, millisecond),
+                (10 * millisecond, millisecond), (10 * millisecond + 9, millisecond),
+                (10 * millisecond + 10, millisecond + 1), (20 * millisecond, 2 * millisecond),
+                (250 * millisecond, 25 * millisecond), (second, 100 * millisecond),
+                (599 * second, 59_900 * millisecond), (600 * second, 60 * second),
+                (601 * second, 60 * second), (3_600 * second, 60 * second), (.max, 60 * second),
+            ]
+            for (delay, leeway) in table {
+                #expect(DelayedWork.leeway(forDelay: delay) == leeway, "delay \(delay) ns")
+            }
+            // And against the rule itself, over a range of delays.
+            var random = TimerTestKit.Random(seed: 10)
+            for _ in 0..<2_000 {
+                let delay = UInt64.random(in: 0...(2_000 * second), using: &random)
+                let expected = delay <= 10 * millisecond ? millisecond : (delay >= 600 * second ? 60 * second : delay / 10)
+                #expect(DelayedWork.leeway(forDelay: delay) == expected, "delay \(delay) ns")
+            }
+        }
+
+        @Test func wallDeadlinesConvertToTheMonotonicClockWithoutOverflow() {
+            let wallNow = realtimeNanoseconds()
+            let monotonicNow = monotonicNanoseconds()
+            let converted = monotonicDeadline(forWall: wallNow + 1_000_000_000)
+            #expect(converted >= monotonicNow + 900_000_000 && converted <= monotonicNanoseconds() + 1_000_000_000)
+            #expect(monotonicDeadline(forWall: 0) <= monotonicNanoseconds(), "a wall deadline in the past is due now")
+            #expect(monotonicDeadline(forWall: .max) == .max)
+            #expect(monotonicDeadline(forWall: .max - 1) >= UInt64.max - 1 - wallNow)
+        }
+
+        @Test func leewaysKeepTheirNanosecondsUpTo2sAndRoundDownToMillisecondsAbove() {
+            let entry = CallbackEntry({})
+            for exact: UInt64 in [0, 1, 999, 1_000_000, 123_456_789, 2_147_483_647] {
+                entry.leeway = exact
+                #expect(entry.leeway == exact)
+            }
+            // Above 2^31 ns: whole milliseconds, rounded down (a narrower window, never a later fire).
+            for (given, kept): (UInt64, UInt64) in [(2_147_483_648, 2_147_000_000), (2_500_000_000, 2_500_000_000),
+                                                    (60_000_000_999, 60_000_000_000),
+                                                    (86_400_000_000_000, 86_400_000_000_000)] {
+                entry.leeway = given
+                #expect(entry.leeway == kept, "\(given) ns")
+            }
+            // The widest finite leeway is about 24.8 days; anything wider (short of "no end")
+            // keeps that; .max is "no end" and the window never closes.
+            entry.leeway = .max - 1
+            #expect(entry.leeway == 2_147_483_646 * 1_000_000)
+            entry.leeway = .max
+            #expect(entry.leeway == .max)
+            entry.deadline = 5
+            #expect(entry.latest == .max)
+        }
+
+        @Test func heapKeepsItsOrderAndFindsTheEarliestWindowEndUnderRandomInsertsAndRemovals() {
+            var heap = TimerHeap()
+            var random = TimerTestKit.Random(seed: 0x4EA9)
+            var live: [TimerEntry] = []
+            var sequence: UInt32 = .max - 1000  // wraps through 0 midway
+            var misordered = 0
+            var wrongEnds = 0
+            var badSlots = 0
+            for step in 0..<3_000 {
+                if live.isEmpty || random.next() % 3 != 0 {
+                    let entry = CallbackEntry({})
+                    // Few distinct times: many ties, broken by the sequence. Some windows
+                    // reach the end of the clock.
+                    entry.deadline = UInt64.random(in: 0...200, using: &random)
+                    entry.leeway = step % 97 == 0 ? .max : UInt64.random(in: 0...200, using: &random)
+                    entry.sequence = sequence
+                    sequence = TimerSequence.next(after: sequence)
+                    heap.insert(entry)
+                    live.append(entry)
+                } else {
+                    let entry = live.remove(at: Int.random(in: live.indices, using: &random))
+                    heap.remove(entry)
+                    if entry.slot != -1 { badSlots += 1 }
+                }
+                let smallest = live.min { TimerTestKit.key(of: $0) < TimerTestKit.key(of: $1) }
+                if heap.count != live.count || heap.first !== smallest || heap.firstDeadline != smallest?.deadline {
+                    misordered += 1
+                }
+                if heap.earliestWindowEnd() != live.map(\.latest).min() { wrongEnds += 1 }
+            }
+            #expect(misordered == 0, "the heap's first was not the smallest key \(misordered) times")
+            #expect(wrongEnds == 0, "the earliest window end was wrong \(wrongEnds) times")
+            #expect(badSlots == 0, "removed entries kept a slot")
+
+            // Removing an entry the heap does not hold (even one whose slot points into
+            // this heap's range) changes nothing.
+            let stranger = CallbackEntry({})
+            var other = TimerHeap()
+            other.insert(stranger)
+            let countBefore = heap.count
+            heap.remove(stranger)
+            #expect(heap.count == countBefore)
+            #expect(stranger.slot == 0, "removing from the wrong heap touched the entry")
+
+            // Draining gives the keys in order, ties in insertion order.
+            var previous: (UInt64, UInt32)?
+            var drained = 0
+            while let first = heap.first {
+                let key = TimerTestKit.key(of: first)
+                if let previous { #expect(previous < key, "\(previous) came before \(key)") }
+                previous = key
+                heap.remove(first)
+                drained += 1
+            }
+            #expect(drained == live.count)
+            #expect(heap.earliestWindowEnd() == nil)
+
+            let all = other.removeAll()
+            #expect(all.count == 1 && other.count == 0 && other.first == nil)
+            #expect(stranger.slot == -1)
+        }
     }
 }

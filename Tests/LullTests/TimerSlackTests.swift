@@ -151,7 +151,7 @@ extension LullSuite {
             // One lone fire first: the engine then judges deadlines sparse.
             let warmed = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
-            #expect(waitUntil { warmed.isSet })
+            #expect(warmed.await())
             let timer = EventSource.makeTimerSource(queue: WorkQueue.global())
             let fired = Counter()
             timer.setEventHandler { _ = fired.increment() }
@@ -185,7 +185,7 @@ extension LullSuite {
             let defaultSlack = lull_get_timer_slack()
             let warmed = Flag()
             WorkQueue.global().asyncAfter(deadline: .now() + .milliseconds(5)) { warmed.set() }
-            #expect(waitUntil { warmed.isSet })
+            #expect(warmed.await())
             func pollerSlack() -> Int? {
                 let poller = Runtime.shared.pool.pollerThreadID.load(ordering: .acquiring)
                 return poller == 0 ? nil : Self.timerSlack(ofThread: poller)
@@ -211,35 +211,6 @@ extension LullSuite {
             let strict = timer(.strict, in: .seconds(5), leeway: .zero)
             defer { strict.cancel() }
             #expect(waitUntil { pollerSlack() == defaultSlack }, "last seen \(pollerSlack() ?? -1)")
-        }
-
-        @Test func workersStartedWhileThePollerSleepsWithSlackRunWorkAtTheDefaultSlack() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-                // A fresh process: no utility or default worker exists yet, so the timer's
-                // handler gets a thread started from the reactor's callback, on the poller
-                // while it has the window's slack, and the handler starts more.
-                TimerSlack.isEnabled = true
-                let defaultSlack = lull_get_timer_slack()
-                let seen = Recorder<Int>()
-                let done = Counter()
-                let flood = WorkQueue(label: "lull.test.slack.flood", attributes: .concurrent)
-                let timer = EventSource.makeTimerSource(queue: WorkQueue.global(qos: .utility))
-                timer.setEventHandler {
-                    seen.append(lull_get_timer_slack())
-                    for _ in 0..<8 {
-                        flood.async {
-                            seen.append(lull_get_timer_slack())
-                            usleep(50_000)
-                            done.increment()
-                        }
-                    }
-                }
-                timer.schedule(deadline: .now() + .milliseconds(300), leeway: .milliseconds(200))
-                timer.activate()
-                childRequire(waitUntil { done.value == 8 }, "the handler's blocks did not run")
-                timer.cancel()
-                childRequire(seen.values.allSatisfy { $0 == defaultSlack }, "slack seen by work \(seen.values), default \(defaultSlack)")
-            }
         }
 
         static func timerSlack(ofThread tid: Int32) -> Int? {
@@ -327,6 +298,41 @@ extension LullSuite {
                     #expect(time >= deadline, "timer \(index) fire \(n) came \(deadline - min(time, deadline)) ns early")
                     #expect(time <= deadline + plan.leeway + TimerTestKit.lateSlack, "timer \(index) fire \(n) far too late")
                 }
+            }
+        }
+    }
+}
+
+/// The timer slack tests that run wholly in a child process: they share nothing with this
+/// process, so they run alongside `LullSuite`.
+extension IndependentSuite {
+    @Suite(.serialized) struct TimerSlackChildTests {
+        @Test func workersStartedWhileThePollerSleepsWithSlackRunWorkAtTheDefaultSlack() async {
+            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+                // A fresh process: no utility or default worker exists yet, so the timer's
+                // handler gets a thread started from the reactor's callback, on the poller
+                // while it has the window's slack, and the handler starts more.
+                TimerSlack.isEnabled = true
+                let defaultSlack = lull_get_timer_slack()
+                let seen = Recorder<Int>()
+                let done = Counter()
+                let flood = WorkQueue(label: "lull.test.slack.flood", attributes: .concurrent)
+                let timer = EventSource.makeTimerSource(queue: WorkQueue.global(qos: .utility))
+                timer.setEventHandler {
+                    seen.append(lull_get_timer_slack())
+                    for _ in 0..<8 {
+                        flood.async {
+                            seen.append(lull_get_timer_slack())
+                            usleep(50_000)
+                            done.increment()
+                        }
+                    }
+                }
+                timer.schedule(deadline: .now() + .milliseconds(300), leeway: .milliseconds(200))
+                timer.activate()
+                childRequire(waitUntil { done.value == 8 }, "the handler's blocks did not run")
+                timer.cancel()
+                childRequire(seen.values.allSatisfy { $0 == defaultSlack }, "slack seen by work \(seen.values), default \(defaultSlack)")
             }
         }
     }

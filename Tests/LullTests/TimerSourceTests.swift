@@ -216,7 +216,7 @@ extension LullSuite {
             let registered = Flag()
             timer.setRegistrationHandler { registered.set() }
             timer.activate()
-            #expect(waitUntil { registered.isSet })
+            #expect(registered.await())
             timer.suspend()
             let deadline = Deadline.now() + .milliseconds(10)
             timer.schedule(deadline: deadline)
@@ -241,7 +241,7 @@ extension LullSuite {
             let registered = Flag()
             timer.setRegistrationHandler { registered.set() }
             timer.activate()
-            #expect(waitUntil { registered.isSet })
+            #expect(registered.await())
             var iterations = 0
             let end = monotonicNanoseconds() + 1_500_000_000
             while iterations < 300 && monotonicNanoseconds() < end {
@@ -264,7 +264,7 @@ extension LullSuite {
             let registered = Flag()
             timer.setRegistrationHandler { registered.set() }
             timer.activate()
-            #expect(waitUntil { registered.isSet })
+            #expect(registered.await())
             timer.suspend()
             let deadline = Deadline.now() + .milliseconds(10)
             timer.schedule(deadline: deadline)
@@ -576,7 +576,10 @@ extension LullSuite {
             let outcome = TimerTestKit.anyTrial { trial in
                 let before = log.count
                 let baseline = TimerTestKit.settledEngineCount()
-                let deadline = monotonicNanoseconds() + 100_000_000
+                // The deadline's distance only delays the check: 20 ms out, the default leeway
+                // (a share of the delay) stays below the requested one, which alone must
+                // keep the timer waiting.
+                let deadline = monotonicNanoseconds() + 20_000_000
                 timer.schedule(deadline: Deadline(uptimeNanoseconds: deadline),
                                repeating: testCase.repeating ? .milliseconds(300) : nil, leeway: .milliseconds(150))
                 let waiting = TimerTestKit.sample(at: deadline + 100_000_000, validUntil: deadline + 140_000_000) {
@@ -827,7 +830,7 @@ extension LullSuite {
             timer.activate()
             #expect(waitUntil { fires.value >= 5 })
             timer.cancel()
-            #expect(waitUntil { cancelRan.isSet })
+            #expect(cancelRan.await())
             #expect(timer.isCancelled)
             let total = fires.value
             #expect(keepsHolding(for: .milliseconds(150)) { fires.value == total })
@@ -845,7 +848,7 @@ extension LullSuite {
             timer.schedule(deadline: .now() + .milliseconds(5), repeating: .milliseconds(5))
             timer.cancel()
             timer.activate()
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
             #expect(keepsHolding(for: .milliseconds(100)) { fires.value == 0 && Runtime.shared.timers.count == baseline })
         }
 
@@ -861,7 +864,7 @@ extension LullSuite {
                 timer.activate()
                 #expect(waitUntil { fires.value >= 3 })
             }
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
             #expect(waitUntil { Runtime.shared.timers.count == baseline })
             let total = fires.value
             #expect(keepsHolding(for: .milliseconds(100)) { fires.value == total })
@@ -1018,7 +1021,7 @@ extension TimerTestKit {
         let done = Flag()
         timer.setCancelHandler { done.set() }
         timer.cancel()
-        return waitUntil { done.isSet }
+        return done.await()
     }
 
     /// The calls of a repeating timer that had counted more fires than grid points

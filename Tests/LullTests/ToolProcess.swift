@@ -1,8 +1,8 @@
 import Glibc
 import Testing
 
-/// Runs the package's executables (timerfires, the examples) from tests: they are built
-/// next to the test bundle (`swift build --build-tests` builds every target).
+/// Runs the project's executables (timerfires, the examples) from tests: they are built by
+/// `make examples` (see `ExecutableLocator`).
 enum ToolProcess {
     /// What a finished run printed, and how it ended.
     struct Outcome {
@@ -15,27 +15,10 @@ enum ToolProcess {
         let description: String
     }
 
-    /// The directory of the test binary: `.build/debug` (or the scratch path's).
-    static var buildDirectory: String {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard length > 0 else { return "." }
-        var path = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        // The test binary is .build/debug/LullPackageTests.xctest (a file, or a bundle directory).
-        while let slash = path.lastIndex(of: "/") {
-            path = String(path[..<slash])
-            if !path.hasSuffix(".xctest") { break }
-        }
-        return path
-    }
-
-    /// The path of a built executable of the package; the test fails if it is missing.
+    /// The path of a built executable (a tool or an example: `ExecutableLocator` says where
+    /// they are looked for); the test fails if it is missing.
     static func executable(_ name: String) throws -> String {
-        let path = "\(buildDirectory)/\(name)"
-        guard access(path, X_OK) == 0 else {
-            throw Failure(description: "\(path) is missing: build with `swift build --build-tests` first")
-        }
-        return path
+        try ExecutableLocator.path(of: name)
     }
 
     /// Starts `path` with `arguments` and this process's environment plus `environment`

@@ -51,7 +51,7 @@ extension IndependentSuite {
                 let ran = Flag()
                 queue.async { ran.set() }
                 inactive.async { ran.set() }
-                _ = waitUntil { ran.isSet }
+                _ = ran.await()
             }
         }
 

@@ -56,7 +56,7 @@ extension LullSuite {
 
             func finishWalk() -> Bool {
                 proceed.open()
-                return waitUntil { activated.isSet }
+                return activated.await()
             }
         }
 
@@ -83,7 +83,7 @@ extension LullSuite {
                 other.activate()
                 otherActivated.set()
             }
-            #expect(waitUntil(timeout: .seconds(3)) { otherActivated.isSet }, "a watcher's activate waited for another tree's walk")
+            #expect(otherActivated.await(timeout: .seconds(3)), "a watcher's activate waited for another tree's walk")
             try FileSystemTestKit.write(otherTree.at("sub/new"), "x")
             #expect(otherLog.waitFor(.created, otherTree.at("sub/new")), "\(otherLog.summary)")
 
@@ -113,7 +113,7 @@ extension LullSuite {
                 held.watcher.cancel()
                 cancelled.set()
             }
-            #expect(waitUntil(timeout: .seconds(3)) { cancelled.isSet }, "cancel waited for the walk")
+            #expect(cancelled.await(timeout: .seconds(3)), "cancel waited for the walk")
             #expect(held.watcher.isCancelled)
             #expect(!held.activated.isSet, "the walk is still held")
             #expect(hub.snapshot.watches >= 2, "the root and the directory the walk is at are watched")

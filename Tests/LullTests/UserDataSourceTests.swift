@@ -39,7 +39,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.add(data: 100)
             source.add(data: 20)
@@ -61,7 +61,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.or(data: 0b0001)
             source.or(data: 0b0100)
@@ -110,7 +110,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.replace(data: 3)
             source.replace(data: 70)
@@ -130,7 +130,7 @@ extension LullSuite {
             source.setRegistrationHandler { registered.set() }
             source.setEventHandler { seen.append(source.data) }
             source.activate()
-            #expect(waitFor(seconds: 10) { registered.isSet })
+            #expect(registered.await(timeout: .seconds(10)))
             source.suspend()
             source.replace(data: 5)
             source.replace(data: 0)

@@ -130,9 +130,9 @@ extension LullSuite {
             source.activate()
             var byte: UInt8 = 1
             #expect(write(ends[1], &byte, 1) == 1)
-            #expect(waitUntil { readable.isSet })
+            #expect(readable.await())
             source.cancel()
-            #expect(waitUntil { cancelled.isSet })
+            #expect(cancelled.await())
             close(ends[0])
             close(ends[1])
             let report = try #require(RuntimeDiagnostics.stop())
@@ -178,10 +178,11 @@ extension IndependentSuite {
             return counts
         }
 
-        /// The JSON report at the end of the tool's output (the program's lines come first).
+        /// The JSON report: the tool's whole standard output, nothing else in it (the traced
+        /// program's own output goes to standard error), as `timerfires --json -- prog | jq .`
+        /// needs.
         func jsonReport(_ output: String) throws -> ParsedJSON {
-            let start = try #require(output.firstIndex(of: "{"), "no JSON in: \(output)")
-            return try ParsedJSON.parse(String(output[start...]))
+            try ParsedJSON.parse(output)
         }
 
         @Test func reportMatchesWhatTheProgramDid() throws {
@@ -189,7 +190,9 @@ extension IndependentSuite {
                                               ["--json", "--", try ToolProcess.executable("timer-coalescing"),
                                                "--leeway-ms", "10", "--burn-ms", "100"])
             #expect(outcome.status == 0, "\(outcome.standardError)")
-            let fired = try firedCounts(outcome.standardOutput)
+            // The program's lines went to standard error; standard output is the report alone.
+            let fired = try firedCounts(outcome.standardError)
+            #expect(!outcome.standardOutput.contains("fired "))
             let report = try jsonReport(outcome.standardOutput)
             checkSchema(report)
             #expect(report["groupedByIdentity"] == .bool(false))
@@ -260,12 +263,24 @@ extension IndependentSuite {
 
         @Test func leewaySavesWakeups() throws {
             var timerWakeups: [Int] = []
-            for leeway in ["0", "20"] {
+            // The second run writes its report to a file (-o): the program keeps its standard
+            // output, the file holds the report alone.
+            let path = "/tmp/lull-timerfires-output.\(getpid()).json"
+            defer { unlink(path) }
+            for (leeway, toFile) in [("0", false), ("20", true)] {
                 let outcome = try ToolProcess.run(try ToolProcess.executable("timerfires"),
-                                                  ["--json", "--", try ToolProcess.executable("timer-coalescing"),
-                                                   "--leeway-ms", leeway])
+                                                  ["--json"] + (toFile ? ["-o", path] : [])
+                                                  + ["--", try ToolProcess.executable("timer-coalescing"), "--leeway-ms", leeway])
                 #expect(outcome.status == 0, "\(outcome.standardError)")
-                let report = try jsonReport(outcome.standardOutput)
+                let report: ParsedJSON
+                if toFile {
+                    #expect(try firedCounts(outcome.standardOutput)["heartbeat"] ?? 0 >= 40)
+                    #expect(!outcome.standardOutput.contains("{"))
+                    report = try jsonReport(try #require(PressureStallFile.readSmallFile(path), "no report in \(path)"))
+                    checkSchema(report)
+                } else {
+                    report = try jsonReport(outcome.standardOutput)
+                }
                 timerWakeups.append(try #require(report["wakeups"]?["timer"]?["count"]?.integer))
             }
             // 113 windows: about 100 wake-ups without leeway, about half with 20 ms.
@@ -376,6 +391,9 @@ extension IndependentSuite {
             #expect(try failure(["--read-trace", "\(directory)/kept.trace"]).contains("the trace is damaged"))
 
             #expect(try failure(["--json"]).contains("give exactly one of"))
+            // An unwritable -o fails before the program runs.
+            #expect(try failure(["-o", "/proc/no-such-directory/report", "--", "/bin/true"])
+                .contains("cannot write the report to /proc/no-such-directory/report"))
         }
 
         /// Keys and types of every part of the JSON report.

@@ -126,14 +126,14 @@ extension LullSuite {
             group.notify(queue: .global()) { notified.set() }
             #expect(keepsHolding { !notified.isSet })
             group.leave()
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func notifyOnAnEmptyGroupRunsAtOnce() {
             let group = WorkGroup()
             let notified = Flag()
             group.notify(queue: WorkQueue(label: "lull.test.group.empty-notify")) { notified.set() }
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func everyNotificationRunsExactlyOnce() {
@@ -159,7 +159,7 @@ extension LullSuite {
             group.notify(queue: target) { notified.set() }
             #expect(keepsHolding { !notified.isSet })
             target.resume()
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func groupCanBeReused() {

@@ -22,7 +22,7 @@ extension LullSuite {
             item.wait()
             let notified = Flag()
             item.notify(queue: .global()) { notified.set() }
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         // MARK: async and wait
@@ -106,7 +106,7 @@ extension LullSuite {
             // The notification is queued on `target`, which is suspended.
             #expect(keepsHolding { !notified.isSet })
             target.resume()
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func everyNotificationRunsOnce() {
@@ -125,7 +125,7 @@ extension LullSuite {
             item.perform()
             let notified = Flag()
             item.notify(queue: WorkQueue(label: "lull.test.item.late-notify")) { notified.set() }
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func notifyWithAWorkItemRunsThatItem() {
@@ -147,7 +147,7 @@ extension LullSuite {
             queue.async(execute: item)
             #expect(keepsHolding { !notified.isSet })
             queue.resume()
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         // MARK: cancel
@@ -188,7 +188,7 @@ extension LullSuite {
                 started.set()
                 gate.wait()
             }
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             let ran = Flag()
             let item = WorkItem { ran.set() }
             let notified = Flag()
@@ -197,7 +197,7 @@ extension LullSuite {
             item.cancel()
             gate.open()
             #expect(item.wait(timeout: .now() + .seconds(10)) == .success)
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
             #expect(!ran.isSet)
         }
 
@@ -213,13 +213,13 @@ extension LullSuite {
             }
             item.notify(queue: .global()) { notified.set() }
             WorkQueue.global().async(execute: item)
-            #expect(waitUntil { started.isSet })
+            #expect(started.await())
             item.cancel()
             #expect(item.isCancelled)
             gate.open()
             #expect(item.wait(timeout: .now() + .seconds(10)) == .success)
             #expect(finished.isSet)
-            #expect(waitUntil { notified.isSet })
+            #expect(notified.await())
         }
 
         @Test func performOfACancelledItemSkipsTheBlockButCompletes() {

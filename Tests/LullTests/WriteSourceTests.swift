@@ -23,7 +23,7 @@ extension LullSuite {
                 cancelled.set()
             }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(seen.count == 1, "calls: \(seen.values)")
             #expect(seen.values.allSatisfy { $0 > 0 }, "data: \(seen.values)")
         }
@@ -46,7 +46,7 @@ extension LullSuite {
                 cancelled.set()
             }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(seen.count == 5)
             #expect(seen.values.allSatisfy { $0 > 0 }, "data: \(seen.values)")
         }
@@ -87,7 +87,7 @@ extension LullSuite {
                 cancelled.set()
             }
             source.activate()
-            #expect(waitFor(seconds: 10) { filled.isSet })
+            #expect(filled.await(timeout: .seconds(10)))
             #expect(writtenTotal.load(ordering: .relaxed) > 0)
             #expect(calls.value == 1)
             // Full: no call while the peer reads nothing.
@@ -99,7 +99,7 @@ extension LullSuite {
                 drained += SourceTestKit.drain(peer)
                 return drained == total
             })
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(calls.value == 2)
             #expect(seen.values.allSatisfy { $0 > 0 }, "data: \(seen.values)")
             close(peer)
@@ -118,7 +118,7 @@ extension LullSuite {
             }
             source.setCancelHandler { cancelled.set() }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.isSet })
+            #expect(cancelled.await(timeout: .seconds(10)))
             #expect(seen.count == 1)
             #expect(seen.values.allSatisfy { $0 > 0 }, "data: \(seen.values)")
         }

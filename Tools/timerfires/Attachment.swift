@@ -72,11 +72,24 @@ struct Attachment {
             let code = errno
             close(descriptor)
             if code == ECONNREFUSED || code == ENOENT {
+                if socketTurnedOff() {
+                    throw ToolError("process \(pid) turned its diagnostics socket off (\(DiagnosticsEnvironment.socketSwitch)=off "
+                        + "in its environment): nothing can attach to it")
+                }
                 throw ToolError("process \(pid) is not a Lull program (it has no Lull diagnostics socket)")
             }
             throw ToolError("cannot reach process \(pid): \(String(cString: strerror(code)))")
         }
         return descriptor
+    }
+
+    /// Whether the process started with `LULL_DIAGNOSTICS=off` (its /proc/PID/environ).
+    private func socketTurnedOff() -> Bool {
+        guard let environment = KernelSwitches.readSmallFile("/proc/\(pid)/environ") else { return false }
+        let prefix = DiagnosticsEnvironment.socketSwitch + "="
+        return environment.split(separator: "\0").contains {
+            $0.hasPrefix(prefix) && DiagnosticsEnvironment.turnsSocketOff(String($0.dropFirst(prefix.count)))
+        }
     }
 
     private func send(_ line: String, on connection: Int32) throws {

@@ -14,6 +14,9 @@ struct ProgramRun {
     let command: [String]
     let traceFile: TraceFile
     let records: Int
+    /// Whether the program's standard output goes to the tool's standard error (the report
+    /// then has standard output to itself).
+    var outputToStandardError = false
 
     func run() throws -> Collected {
         let executable = try resolve(command[0])
@@ -110,8 +113,12 @@ struct ProgramRun {
             arguments.forEach { free($0) }
             environmentPointers.forEach { free($0) }
         }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if outputToStandardError { posix_spawn_file_actions_adddup2(&actions, 2, 1) }
         var child: pid_t = 0
-        let result = posix_spawn(&child, executable, nil, &attributes, arguments, environmentPointers)
+        let result = posix_spawn(&child, executable, &actions, &attributes, arguments, environmentPointers)
         guard result == 0 else {
             throw ToolError("cannot run \(command[0]): \(String(cString: strerror(result)))")
         }

@@ -15,7 +15,9 @@ struct Timerfires: ParsableCommand {
             With -- PROGRAM ARGS..., runs the program and reports when it exits (or on Ctrl-C). \
             With --pid PID, attaches to a running Lull program and reports after --seconds N, \
             on Ctrl-C or when the program exits. With --read-trace FILE, reports on a trace \
-            kept with --trace.
+            kept with --trace. The report goes to standard output, or to the file given \
+            with -o. With --json and no -o, the program's own standard output goes to standard \
+            error, so that standard output is the report alone: timerfires --json -- PROGRAM | jq .
             """)
 
     @Flag(name: [.customShort("g"), .long], help: "One row per timer identity (label or creation site).")
@@ -23,6 +25,9 @@ struct Timerfires: ParsableCommand {
 
     @Flag(help: "Print the report as JSON.")
     var json = false
+
+    @Option(name: [.customShort("o"), .long], help: "Write the report to this file instead of standard output.")
+    var output: String?
 
     @Option(help: "Attach to this running Lull program.")
     var pid: Int32?
@@ -55,6 +60,7 @@ struct Timerfires: ParsableCommand {
     }
 
     func run() throws {
+        let reportFile = try output.map { try ReportFile(path: $0) }
         let collected: Collected
         if let readTrace {
             collected = try Collected(traceFile: readTrace)
@@ -64,11 +70,18 @@ struct Timerfires: ParsableCommand {
             if let pid {
                 collected = try Attachment(pid: pid, traceFile: file, records: records).run(seconds: seconds)
             } else {
-                collected = try ProgramRun(command: command, traceFile: file, records: records).run()
+                // Standard output is the report's when it is JSON: the program's goes to stderr.
+                collected = try ProgramRun(command: command, traceFile: file, records: records,
+                                           outputToStandardError: json && output == nil).run()
             }
         }
         let report = collected.report(groupingByIdentity: group)
-        print(json ? report.json() : report.formatted())
+        let text = json ? report.json() : report.formatted()
+        if let reportFile {
+            try reportFile.write(text + "\n")
+        } else {
+            print(text)
+        }
         if let note = collected.note { printToStandardError("timerfires: \(note)") }
     }
 }

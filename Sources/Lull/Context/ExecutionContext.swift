@@ -1,4 +1,7 @@
 import Synchronization
+#if ServiceContext
+import ServiceContextModule
+#endif
 
 /// The context that work carries from whoever submitted it: the activity (a request being
 /// served, say) it belongs to. It follows `async`, `sync` and notifications across queues
@@ -12,6 +15,10 @@ public struct ExecutionContext: Sendable, Equatable {
     private let id: UInt64
     private let parentID: UInt64
     private let name: String?
+    #if ServiceContext
+    /// The `ServiceContext` the activity carries (one reference; nil costs no counting).
+    private let service: ServiceContext?
+    #endif
 
     static let nextID = Atomic<UInt64>(1)
 
@@ -19,7 +26,25 @@ public struct ExecutionContext: Sendable, Equatable {
         self.id = id
         self.parentID = parentID
         self.name = name
+        #if ServiceContext
+        service = nil
+        #endif
     }
+
+    #if ServiceContext
+    init(id: UInt64, parentID: UInt64, name: String?, serviceContext: ServiceContext?) {
+        self.id = id
+        self.parentID = parentID
+        self.name = name
+        service = serviceContext
+    }
+
+    /// The `ServiceContext` of the activity (trait `ServiceContext`): the one given to
+    /// `withActivity(_:serviceContext:_:)`, else the one current when the activity started.
+    /// While a block of the activity runs, it is also `ServiceContext.current`, so trace
+    /// spans and logging metadata follow the activity's blocks across queues and into tasks.
+    public var serviceContext: ServiceContext? { service }
+    #endif
 
     /// The context bound for Swift concurrency: a `Task` copies it when it is created.
     /// Bound only together with the thread's context (`ThreadState.withContext`).

@@ -13,7 +13,10 @@ import Glibc
 /// timer or event source keeps a worker polling): it never makes a worker poll, never
 /// keeps one in the loop when the program's own events are gone, and while nobody
 /// connects it costs no wake-up. A connection made while nothing is polled waits in the
-/// backlog until something is. Only a peer of the same user (or root) is answered. The
+/// backlog until something is. Only a peer of the same user (or root) is answered: the
+/// kernel's credentials of the connecting process (`SO_PEERCRED`) decide, and any other
+/// connection is closed unanswered. `LULL_DIAGNOSTICS=off` in the environment turns the
+/// socket off: none is bound. The
 /// protocol is one line per request: `start <capacity> <trace path>` answers `ok <pid>` or
 /// `error <why>`, `stop` answers `ok`; closing the connection also stops the recording it
 /// started.
@@ -37,6 +40,10 @@ enum ControlSocket {
     /// on without them). Also starts a recording the environment asks for.
     static func listen(on base: OpaquePointer, watch: @escaping WatchReadable) {
         RuntimeDiagnostics.environmentChecked.touch()
+        if let value = getenv(DiagnosticsEnvironment.socketSwitch).map({ String(cString: $0) }),
+           DiagnosticsEnvironment.turnsSocketOff(value) {
+            return
+        }
         let descriptor: Int32
         do throws(SystemError) {
             descriptor = try Syscall.shim("socket") {

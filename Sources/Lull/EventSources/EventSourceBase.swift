@@ -56,7 +56,11 @@ public class EventSourceBase: @unchecked Sendable {
     public func suspend() { core.suspend() }
     /// Undoes a `suspend()`; on a never-activated source, activates it.
     public func resume() { core.resume() }
-    /// Cancels asynchronously; the cancel handler runs once, last.
+    /// Stops the source asynchronously and without preemption: a running event handler
+    /// finishes, and no event handler starts once the cancellation is processed. The cancel
+    /// handler runs exactly once, last, on the target queue, after the descriptor has left
+    /// the reactor (closing it there is safe). A suspended source runs its cancel handler
+    /// only once it is resumed.
     public func cancel() { core.cancel() }
 
     /// Whether `cancel()` was called (or the source was cancelled because it could not be

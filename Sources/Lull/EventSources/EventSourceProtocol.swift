@@ -19,7 +19,11 @@ public protocol EventSourceProtocol: AnyObject, Sendable {
     func suspend()
     /// Undoes a `suspend()`; on a never-activated source, activates it.
     func resume()
-    /// Stops the source asynchronously; the cancel handler runs once, last.
+    /// Stops the source asynchronously and without preemption: a running event handler
+    /// finishes, and no event handler starts once the cancellation is processed. The cancel
+    /// handler runs exactly once, last, on the target queue, after the descriptor has left
+    /// the reactor (closing it there is safe). A suspended source runs its cancel handler
+    /// only once it is resumed.
     func cancel()
     /// Whether the source was cancelled.
     var isCancelled: Bool { get }

@@ -118,6 +118,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
         /// Bits 3-5 are the `RegistrationPhase`.
         static let phaseBits = Flags(rawValue: 0b0011_1000)
         static let phaseShift: UInt8 = 3
+        /// `events` was iterated (once: a later iteration ends at once).
+        static let eventsIterated = Flags(rawValue: 1 << 6)
+        /// The cancel step took its handlers: an `events` channel claimed now is finished.
+        static let cancelStepTaken = Flags(rawValue: 1 << 7)
     }
 
     /// Where the source's registration with what it watches stands (see the type's doc
@@ -585,17 +589,74 @@ class SourceCore: PostedWork, @unchecked Sendable {
 
     private func finishCancellation() {
         // Handlers leave the state under the lock but are released after it (see setHandler).
-        var released = state.locked(ranked: .sourceCore) { state -> (cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)) in
+        var (released, channel) = state.locked(ranked: .sourceCore) { state -> ((cancel: SourceHandler?, others: (SourceHandler?, SourceHandler?)), SourceEventsChannel?) in
             defer {
                 state.eventHandler = nil
                 extras?.cancelHandler = nil
                 extras?.registrationHandler = nil
+                extras?.eventsChannel = nil  // it holds the core: no cycle survives the cancel
+                state.flags.insert(.cancelStepTaken)
             }
-            return (extras?.cancelHandler, (state.eventHandler, extras?.registrationHandler))
+            return ((extras?.cancelHandler, (state.eventHandler, extras?.registrationHandler)), extras?.eventsChannel)
         }
         released.cancel?.run(thread: ThreadState.current)
         kind.finished(self)
         released = (nil, (nil, nil))
+        // The `events` loop ends last: after the user's cancel handler, with what the kind
+        // owned let go.
+        channel?.sourceFinished()
+        channel = nil
+    }
+
+    // MARK: The events sequence
+
+    /// For the `events` loop's `next()`: takes the next delivery on the calling thread,
+    /// without a job, when it is the source's next step — no job of the source posted or
+    /// running (the caller takes `scheduled`), activated, registered, not cancelled, the
+    /// registration handler done, something pending — and the only suspensions are the
+    /// loop's own `loopSuspensions` (the source stays suspended by them: the consumer is busy
+    /// again once it has the value). Returns the value the handler would have seen as
+    /// `data`; nil when the caller must resume and wait as usual. The kind's
+    /// `dataForDelivery` and `handlerReturned` run as for a delivery job, and the steps stay
+    /// one at a time (the token).
+    func takeDeliveryInline(loopSuspensions: Int) -> UInt? {
+        guard !isCancelled, pending.load(ordering: .acquiring) != 0,
+              !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return nil }
+        let seen = changes.load(ordering: .acquiring)
+        let due = state.locked(ranked: .sourceCore) { state -> Bool in
+            state.flags.contains(.activated) && Int(state.suspendCount) == loopSuspensions
+                && state.phase == .registered && !state.flags.contains(.registrationHandlerDue)
+        }
+        var value: UInt?
+        if due && !isCancelled {
+            assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a delivery taken inline while a job is posted")
+            let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
+            if merged != 0, let data = kind.dataForDelivery(self, merged: merged) {
+                delivered.store(data, ordering: .releasing)
+                value = data
+                if !isCancelled { kind.handlerReturned(self) }
+            }
+        }
+        scheduled.store(false, ordering: .releasing)
+        // What changed while this thread held the token is decided now (a cancel that found
+        // the token taken left the decision to its holder).
+        if changes.load(ordering: .acquiring) != seen { scheduleNext() }
+        return value
+    }
+
+    /// Claims the source for its one `events` iteration (docs/EventSources.md, "Events as an
+    /// async sequence"): the channel the loop, the event handler and the cancel step share,
+    /// or nil when the source was iterated before (that iteration ends at once). A source
+    /// whose cancel step already took its handlers gets a finished channel.
+    func claimEventsIteration() -> SourceEventsChannel? {
+        state.locked(ranked: .sourceCore) { state -> SourceEventsChannel? in
+            guard !state.flags.contains(.eventsIterated) else { return nil }
+            state.flags.insert(.eventsIterated)
+            let finished = state.flags.contains(.cancelStepTaken)
+            let channel = SourceEventsChannel(core: self, finished: finished)
+            if !finished { extrasBox().eventsChannel = channel }
+            return channel
+        }
     }
 }
 
@@ -607,6 +668,8 @@ class SourceExtras: @unchecked Sendable {
     var cancelHandler: SourceHandler?
     var registrationHandler: SourceHandler?
     var registrationError: EventSourceError?
+    /// The `events` loop's channel, told after the cancel handler ran (then let go).
+    var eventsChannel: SourceEventsChannel?
 }
 
 /// The core of every kind but timers: the kind's table of operations is a separate object

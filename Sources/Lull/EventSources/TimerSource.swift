@@ -147,6 +147,7 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
             made.cancelHandler = plain.cancelHandler
             made.registrationHandler = plain.registrationHandler
             made.registrationError = plain.registrationError
+            made.eventsChannel = plain.eventsChannel
         }
         replaceExtras(with: made)
         return made

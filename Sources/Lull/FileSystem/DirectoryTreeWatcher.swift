@@ -107,9 +107,14 @@ public final class DirectoryTreeWatcher: Sendable {
     /// A watcher on `hub` whose batches go to `queue` (the public initializer picks the
     /// process runtime's); tests give a hook called in the walk as each directory is watched.
     init(path: String, latency: Duration, queue: WorkQueue, hub: InotifyHub,
-         walkHook: (@Sendable (String) -> Void)? = nil) throws(EventSourceError) {
-        core = try TreeWatcherCore(path: path, latency: latency, queue: queue, hub: hub, walkHook: walkHook)
+         walkHook: (@Sendable (String) -> Void)? = nil,
+         heldChangeLimit: Int = TreeWatcherCore.defaultHeldChangeLimit) throws(EventSourceError) {
+        core = try TreeWatcherCore(path: path, latency: latency, queue: queue, hub: hub, walkHook: walkHook,
+                                   heldChangeLimit: heldChangeLimit)
     }
+
+    /// The core, for tests.
+    var coreForTesting: TreeWatcherCore { core }
 
     /// The bytes a reported path stands for, NUL-terminated, for `open(2)` and the other
     /// calls that take a path: `open(DirectoryTreeWatcher.fileSystemRepresentation(of: change.path), O_RDONLY)`.
@@ -133,14 +138,25 @@ public final class DirectoryTreeWatcher: Sendable {
     }
 
     /// The handler gets each batch, on `queue`; batches delivered while no handler is set
-    /// go to `changes` only.
+    /// go to `changes` only. While a `changes` loop runs, the handler gets the batches the
+    /// loop gets, when the loop gets them.
     public func setEventHandler(_ handler: (@Sendable ([Change]) -> Void)?) {
         core.setHandler(handler)
     }
 
     /// The batches as an asynchronous sequence (one consumer), from its first use on; it
     /// finishes when the watcher is cancelled.
-    public var changes: AsyncStream<[Change]> { core.stream() }
+    ///
+    /// Bounded: while the loop's body runs, the watcher holds the next batch back and merges
+    /// new changes into it (per path, as within a batch), and the loop's next iteration gets
+    /// them all at once. A held batch that grows past 16,384 changes becomes one
+    /// `.mustRescan` of the root (the tree stays watched), so memory stays bounded and
+    /// nothing is dropped silently. Iterating activates the watcher; cancelling the loop's
+    /// task, or leaving the loop early, cancels the watcher; a second iteration ends at once.
+    public var changes: some AsyncSequence<[Change], Never> & Sendable {
+        core.changesChannel.attach()
+        return TreeWatcherChanges(watcher: self, core: core)
+    }
 
     /// Watches the tree (synchronously: a change made after this returns is reported).
     public func activate() { core.activate() }

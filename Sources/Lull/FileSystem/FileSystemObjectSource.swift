@@ -70,6 +70,12 @@ public final class FileSystemObjectSource: EventSourceBase, EventSourceProtocol,
     }
 }
 
+/// `for await event in source.events`: the events of each handler invocation, as an
+/// asynchronous sequence (see ``SourceEvents``); inside a handler, `events` is the typed value.
+extension FileSystemObjectSource: _TypedEventsSource {
+    public typealias _Event = FileSystemEvent
+}
+
 /// Watches one object for a file-system source: leases its watch (at creation for a path,
 /// at activation for a descriptor), subscribes at activation, unsubscribes at cancel and
 /// releases the lease after the cancel handler.

@@ -25,6 +25,9 @@ final class TreeWatcherCore: InotifyObserver {
                                             .attrib, .deleteSelf, .moveSelf]
     /// Events held for one pending move before it only remembers that some were let go.
     static let heldEventLimit = 4_096
+    /// Changes a batch held back for a busy `changes` loop may gather before it becomes
+    /// `.mustRescan` of the root.
+    static let defaultHeldChangeLimit = 16_384
 
     /// The root, as reported (`PathEncoding`'s String of `rootPath`).
     let root: String
@@ -37,13 +40,14 @@ final class TreeWatcherCore: InotifyObserver {
     let timer: TimerSource
     private let subject: String
     private let walkHook: (@Sendable (String) -> Void)?
+    private let heldChangeLimit: Int
+    /// The hand-off to the `changes` loop (docs/FileSystem.md, "changes with backpressure").
+    let changesChannel = TreeWatcherChangesChannel()
 
     private struct Control {
         var activated = false
         var cancelled = false
         var handler: (@Sendable ([Change]) -> Void)?
-        var continuation: AsyncStream<[Change]>.Continuation?
-        var stream: AsyncStream<[Change]>?
         var lastError: EventSourceError?
     }
 
@@ -51,7 +55,8 @@ final class TreeWatcherCore: InotifyObserver {
     private let tree = Tree()
 
     init(path: String, latency: Duration, queue: WorkQueue, hub: InotifyHub,
-         walkHook: (@Sendable (String) -> Void)?) throws(EventSourceError) {
+         walkHook: (@Sendable (String) -> Void)?, heldChangeLimit: Int = TreeWatcherCore.defaultHeldChangeLimit) throws(EventSourceError) {
+        self.heldChangeLimit = max(heldChangeLimit, 1)
         var trimmed = RawPath(path)
         while trimmed.bytes.count > 1, trimmed.bytes.last == UInt8(ascii: "/") {
             trimmed = RawPath(bytes: trimmed.bytes.dropLast())
@@ -93,17 +98,20 @@ final class TreeWatcherCore: InotifyObserver {
         _ = replaced  // released here, outside the lock
     }
 
-    func stream() -> AsyncStream<[Change]> {
-        control.locked { control in
-            if let stream = control.stream { return stream }
-            let (stream, continuation) = AsyncStream<[Change]>.makeStream()
-            control.stream = stream
-            if control.cancelled {
-                continuation.finish()
-            } else {
-                control.continuation = continuation
+    /// The batch held back for a busy `changes` loop, if one is (for tests).
+    func heldBatchForTesting() -> [Change]? {
+        processing.sync { confined { tree.held ? tree.batch.peek() : nil } }
+    }
+
+    /// The `changes` loop's `next()`: the next batch (all that merged while the loop was
+    /// busy), or nil once the watcher is cancelled. Cancelling the task cancels the watcher.
+    func nextBatch(isolation actor: isolated (any Actor)?) async -> [Change]? {
+        await withTaskCancellationHandler {
+            await changesChannel.next(isolation: actor) {
+                processing.async { [self] in deliver() }
             }
-            return stream
+        } onCancel: {
+            cancel()
         }
     }
 
@@ -130,15 +138,14 @@ final class TreeWatcherCore: InotifyObserver {
     }
 
     func cancel() {
-        let (first, activatesQueue, continuation) = control.locked { control -> (Bool, Bool, AsyncStream<[Change]>.Continuation?) in
-            guard !control.cancelled else { return (false, false, nil) }
+        let (first, activatesQueue) = control.locked { control -> (Bool, Bool) in
+            guard !control.cancelled else { return (false, false) }
             control.cancelled = true
             control.handler = nil
             // Never activated: nobody else will start the processing queue.
             let activatesQueue = !control.activated
             control.activated = true
-            defer { control.continuation = nil }
-            return (true, activatesQueue, control.continuation)
+            return (true, activatesQueue)
         }
         guard first else { return }
         // After every job queued so far (and after a walk in activate(), which activates
@@ -149,7 +156,7 @@ final class TreeWatcherCore: InotifyObserver {
         // once activated.
         timer.activate()
         if activatesQueue { processing.activate() }
-        continuation?.finish()
+        changesChannel.finish()
     }
 
     /// On the processing queue, after `cancel()`: every watch let go; later jobs do nothing.
@@ -157,6 +164,7 @@ final class TreeWatcherCore: InotifyObserver {
         let leases = confined { () -> [InotifyLease] in
             guard !tree.stopped else { return [] }
             tree.stopped = true
+            tree.held = false
             var leases = tree.directories.values.map(\.lease) + tree.departed.values.map(\.lease)
             if let anchor = tree.anchor { leases += [anchor.lease] + (anchor.guardLease.map { [$0] } ?? []) }
             if let sentinel = tree.sentinel { leases.append(sentinel) }
@@ -181,6 +189,7 @@ final class TreeWatcherCore: InotifyObserver {
             confined {
                 guard !tree.stopped else { return }
                 for (watch, event) in events { handle(event, on: ObjectIdentifier(watch)) }
+                boundHeldBatch()
                 armTimer()
             }
         }
@@ -191,6 +200,7 @@ final class TreeWatcherCore: InotifyObserver {
             confined {
                 guard !tree.stopped else { return }
                 rescan()
+                boundHeldBatch()
                 armTimer()
             }
         }
@@ -213,6 +223,8 @@ final class TreeWatcherCore: InotifyObserver {
         /// Flushes so far: when a departed directory left the tree for good.
         var flushes: UInt64 = 0
         var timerArmed = false
+        /// The batch is held back for a busy `changes` loop (it goes when the loop asks).
+        var held = false
         /// While the root is missing: the watch on its nearest existing ancestor.
         /// `guardLease` watches the anchor's parent: a removed directory that something
         /// still holds (as a removed root held open holds its parent) gets no event itself.
@@ -245,8 +257,8 @@ final class TreeWatcherCore: InotifyObserver {
     private struct PendingMove {
         let path: RawPath
         let isDirectory: Bool
-        /// Where its `.removed` sits in the batch.
-        let slot: Int
+        /// Where its `.removed` sits in the batch (`Int.max` once that batch was collapsed).
+        var slot: Int
         var held: [(watch: ObjectIdentifier, event: InotifyEvent)] = []
         var letSomeGo = false
     }
@@ -260,6 +272,8 @@ final class TreeWatcherCore: InotifyObserver {
         private var live = 0
 
         var isEmpty: Bool { live == 0 }
+        /// The live changes.
+        var count: Int { live }
 
         /// Adds a change (or folds it into the last one of its path); returns its slot.
         @discardableResult
@@ -286,6 +300,10 @@ final class TreeWatcherCore: InotifyObserver {
             slots[slot] = nil
             live -= 1
             if latest[entry.path] == slot { latest[entry.path] = nil }
+        }
+
+        func peek() -> [Change] {
+            slots.compactMap { $0?.change }
         }
 
         mutating func take() -> [Change] {
@@ -441,8 +459,20 @@ final class TreeWatcherCore: InotifyObserver {
         addTree(path, reportContents: false)
     }
 
+    /// A batch held for a busy loop that grew past the limit becomes `.mustRescan` of the
+    /// root: the consumer compares the tree with what it knows, and memory stays bounded.
+    /// Pending moves keep pairing; their placeholders went with the collapsed batch.
+    private func boundHeldBatch() {
+        guard tree.held, tree.batch.count > heldChangeLimit else { return }
+        _ = tree.batch.take()
+        for cookie in Array(tree.pendingMoves.keys) { tree.pendingMoves[cookie]?.slot = Int.max }
+        record(.mustRescan, rootPath, isDirectory: true)
+    }
+
     private func armTimer() {
-        guard !tree.timerArmed, !tree.batch.isEmpty || !tree.pendingMoves.isEmpty || !tree.departed.isEmpty else { return }
+        // A held batch waits for the loop, not for the timer: only moves need a flush then.
+        let batchDue = !tree.batch.isEmpty && !tree.held
+        guard !tree.timerArmed, batchDue || !tree.pendingMoves.isEmpty || !tree.departed.isEmpty else { return }
         tree.timerArmed = true
         let nanoseconds = latency.components.seconds * 1_000_000_000 + latency.components.attoseconds / 1_000_000_000
         let delay = Duration.nanoseconds(max(nanoseconds, 0))
@@ -450,11 +480,11 @@ final class TreeWatcherCore: InotifyObserver {
     }
 
     /// The timer fired (on the processing queue): moves without a second half left the
-    /// tree; the batch goes to the handler and the stream.
+    /// tree; the batch goes to the handler and the `changes` loop.
     private func flush() {
-        let batch = confined { () -> [Change] in
+        confined {
             tree.timerArmed = false
-            guard !tree.stopped else { return [] }
+            guard !tree.stopped else { return }
             tree.flushes += 1
             for (key, departed) in tree.departed where departed.move == nil && departed.leftAt < tree.flushes {
                 dropDeparted(key)
@@ -464,14 +494,35 @@ final class TreeWatcherCore: InotifyObserver {
                 tree.departed[key]?.leftAt = tree.flushes
             }
             tree.pendingMoves.removeAll()
-            let batch = tree.batch.take()
-            armTimer()  // outside directories are let go at the next flush
-            return batch
         }
-        guard !batch.isEmpty else { return }
-        let (handler, continuation) = control.locked { ($0.handler, $0.continuation) }
-        handler?(batch)
-        continuation?.yield(batch)
+        deliver()
+        confined { if !tree.stopped { armTimer() } }  // outside directories are let go at the next flush
+    }
+
+    /// On the processing queue: hands the batch to the handler and the `changes` loop,
+    /// unless the loop is busy; then the batch is held and merges what comes next, until
+    /// the loop's `next()` asks for it (with a job that calls this again).
+    private func deliver() {
+        let ready = confined { !tree.stopped && !tree.batch.isEmpty }
+        guard ready else { return }
+        let offer = changesChannel.offer()
+        let batch = confined { () -> [Change] in
+            if case .hold = offer {
+                tree.held = true
+                boundHeldBatch()
+                return []
+            }
+            tree.held = false
+            return tree.batch.take()
+        }
+        switch offer {
+        case .hold, .finished:
+            return
+        case .handlerOnly, .consumer:
+            let handler = control.locked { $0.handler }
+            handler?(batch)
+            if case .consumer(let waiting) = offer { waiting.resume(returning: batch) }
+        }
     }
 
     private enum TreeResult {

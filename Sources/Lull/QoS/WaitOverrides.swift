@@ -1,4 +1,4 @@
-/// Synchronous inversion avoidance for something threads wait on (a work item, a group):
+/// Synchronous inversion avoidance for something threads wait on (a work item):
 /// while threads wait, every thread running its work runs at least at the QoS of the most
 /// important waiter. Kept inside the owner's lock.
 ///

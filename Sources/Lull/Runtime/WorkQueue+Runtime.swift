@@ -17,6 +17,14 @@ extension WorkQueue {
     /// The serial queue drained by the thread that calls `runMain()`.
     public static var main: WorkQueue { Runtime.shared.roots.main }
 
+    /// The value under `key` on the queue whose block the calling thread runs, or else on
+    /// the nearest of that queue's targets that has one (`DispatchQueue.getSpecific(key:)`).
+    /// Nil on a thread that runs no block; on the process's main thread outside any block,
+    /// the main queue's (while no other thread runs `runMain()`).
+    public static func getSpecific<Value>(key: SpecificKey<Value>) -> Value? {
+        specific(key: key, for: ThreadState.current, roots: Runtime.shared.roots)
+    }
+
     /// Drains the main queue on the calling thread forever. Call it once, from any thread.
     public static func runMain() -> Never {
         Runtime.shared.roots.mainThread.run()

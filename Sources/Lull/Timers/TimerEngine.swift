@@ -78,6 +78,10 @@ final class TimerEngine: Sendable {
     }
 
     private let state = SpinFutexLock<State>(State(), rank: .timerEngine)
+
+    /// Now on the engine's clock (monotonic ns): what a deadline given to this engine counts
+    /// from.
+    var now: UInt64 { clock.monotonicNanoseconds() }
     /// The earliest deadline (UInt64.max: none), for the poller's check without the lock.
     private let earliestDeadline = Atomic<UInt64>(.max)
 

@@ -18,7 +18,7 @@ enum StressConfiguration {
     static let defaultMix: StressMix = .everything
 
     /// Seeds of the run in `make test`: a few seconds.
-    static let boundedRounds = 80
+    static let boundedRounds = 40
 
     /// `LULL_STRESS_KINDS`: `all` (`StressMix.everything`), or a comma-separated list of
     /// kinds, all racing (`read,timer,fs`); otherwise `defaultMix`.

@@ -1,8 +1,10 @@
 /// Who waits for something to complete (a work item, an empty group): threads parked in
-/// `wait` and blocks to submit with `notify`. Kept inside the owner's lock.
+/// `wait` and blocks to submit with `notify`, and tasks suspended in `wait() async`. Kept
+/// inside the owner's lock.
 struct CompletionWaiters: Sendable {
     private var parkers: [Parker] = []
     private var notifications: [(WorkQueue, Job)] = []
+    private var tasks: [UnsafeContinuation<Void, Never>] = []
 
     mutating func add(_ parker: Parker) {
         parkers.append(parker)
@@ -20,16 +22,22 @@ struct CompletionWaiters: Sendable {
         notifications.append((queue, job))
     }
 
+    /// A task suspended until completion (it occupies no thread meanwhile).
+    mutating func add(task continuation: UnsafeContinuation<Void, Never>) {
+        tasks.append(continuation)
+    }
+
     /// Everyone waiting, taken out under the lock; `release()` them after it.
     mutating func takeAll() -> CompletionWaiters {
         defer { self = CompletionWaiters() }
         return self
     }
 
-    /// Wakes the waiters and submits the notifications (outside the owner's lock).
+    /// Wakes the waiters, resumes the tasks and submits the notifications (outside the owner's lock).
     func release() {
         for parker in parkers { parker.unpark() }
         for (queue, job) in notifications { queue.enqueue(job) }
+        for task in tasks { task.resume() }
     }
 
     /// A wait with a timeout: `register` adds the parker under the owner's lock unless the

@@ -13,15 +13,17 @@ extension WorkQueue {
             return
         }
         withoutActuallyEscaping(work) { escapable in
-            let shared = ConcurrentPerformState(iterations: iterations, work: escapable)
             let thread = ThreadState.current
+            let shared = ConcurrentPerformState(iterations: iterations, work: escapable,
+                                                callerQueue: thread.heldQueues.last?.queue,
+                                                callerGlobal: thread.runningGlobal)
             let qos = QoSResolution.inferred(from: thread.ownQoS)
             let helpers = min(pool.cpuCount, iterations) - 1
             for _ in 0..<helpers {
-                pool.submit(Job(work: .block({ shared.help() }), qos: qos, flags: [],
+                pool.submit(Job(work: .block({ shared.help(onHelperThread: true) }), qos: qos, flags: [],
                                              context: thread.currentContext, group: nil))
             }
-            shared.help()
+            shared.help(onHelperThread: false)
             shared.closeAndWait()
         }
     }
@@ -35,6 +37,10 @@ extension WorkQueue {
 /// so no call outlives the caller's frame and helpers still queued in the pool (which will
 /// find the state closed) hold no reference to the closure. Each index is claimed exactly
 /// once through the atomic counter.
+///
+/// Helpers run their iterations on the caller's queue, as Dispatch's do (for
+/// `workPrecondition` and `getSpecific`): the queue whose block called, held `unowned(unsafe)`
+/// because that block waits in `closeAndWait()` until every entered helper has left.
 private final class ConcurrentPerformState: @unchecked Sendable {
     private static let closedBit = 1 << 62
 
@@ -43,15 +49,29 @@ private final class ConcurrentPerformState: @unchecked Sendable {
     private let nextIndex = Atomic<Int>(0)
     private let participants = Atomic<Int>(0)
     private let allLeft = Parker()
+    private unowned(unsafe) let callerQueue: WorkQueue?
+    private let callerGlobal: QoS.QoSClass?
 
-    init(iterations: Int, work: @escaping (Int) -> Void) {
+    init(iterations: Int, work: @escaping (Int) -> Void, callerQueue: WorkQueue?, callerGlobal: QoS.QoSClass?) {
         self.iterations = iterations
         self.work = work
+        self.callerQueue = callerQueue
+        self.callerGlobal = callerGlobal
     }
 
-    func help() {
+    func help(onHelperThread: Bool) {
         guard enter() else { return }
-        runIterations()
+        if onHelperThread {
+            let thread = ThreadState.current
+            let outerGlobal = thread.runningGlobal
+            thread.runningGlobal = callerGlobal
+            if let callerQueue { thread.heldQueues.append(HeldQueue(callerQueue, exclusive: false)) }
+            runIterations()
+            if callerQueue != nil { thread.heldQueues.removeLast() }
+            thread.runningGlobal = outerGlobal
+        } else {
+            runIterations()
+        }
         if participants.subtract(1, ordering: .acquiringAndReleasing).newValue == ConcurrentPerformState.closedBit {
             allLeft.unpark()
         }

@@ -8,8 +8,10 @@ enum DelayedWork {
         min(max(delay / 10, 1_000_000), 60_000_000_000)
     }
 
-    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, site: TimerSite,
-                         timers: TimerEngine) {
+    /// Schedules `job` for `deadline`, within `leeway` ns (nil: the default, 10% of the
+    /// delay).
+    static func schedule(_ job: Job, on queue: WorkQueue, at deadline: Deadline, leeway requested: UInt64? = nil,
+                         site: TimerSite, timers: TimerEngine) {
         if deadline == .distantFuture { return }  // never due: Dispatch drops it too
         let now = SystemClock.monotonicNanoseconds()
         guard deadline.uptimeNanoseconds > now else {
@@ -18,7 +20,7 @@ enum DelayedWork {
         }
         let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
         timers.schedule(entry, deadline: deadline.uptimeNanoseconds,
-                                    leeway: leeway(forDelay: deadline.uptimeNanoseconds - now))
+                                    leeway: requested ?? leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
 
     static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite,
@@ -63,14 +65,32 @@ final class DelayedEntry: TimerEntry, @unchecked Sendable {  // Sendable: `heapF
 
 extension WorkQueue {
     /// Submits `work` to run once `deadline` (monotonic clock) has passed, within a leeway
-    /// of 10% of the delay (1 ms ... 60 s). Delayed blocks run detached, with the empty
-    /// execution context; to carry the current one, submit a `WorkItem` made with
-    /// `.assignCurrentContext`. `file` and `line` name its timer in wake-up diagnostics.
+    /// of 10% of the delay (1 ms ... 60 s). Never early; a lone delayed block runs at the end
+    /// of its window, so `asyncAfter(deadline: .now() + .seconds(1))` runs up to 100 ms late
+    /// by design (earlier only when another timer's wake-up falls inside its window). For
+    /// less, pass a smaller `leeway:`, or use a timer source with `.strict`. Delayed blocks
+    /// run detached, with the empty execution context; to carry the current one, submit a
+    /// `WorkItem` made with `.assignCurrentContext`. `file` and `line` name its timer in
+    /// wake-up diagnostics.
     public func asyncAfter(deadline: Deadline, qos: QoS = .unspecified, flags: WorkItemFlags = [],
                            execute work: @escaping @Sendable () -> Void,
                            file: StaticString = #fileID, line: UInt = #line) {
         DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
                              site: TimerSite(file: file, line: line), timers: services.timers)
+    }
+
+    /// Submits `work` to run once `deadline` (monotonic clock) has passed, at most `leeway`
+    /// later: the window is [deadline, deadline + leeway], and the block runs where that
+    /// window overlaps other timers' (coalescing), or at its end. The leeway replaces the
+    /// default of 10% of the delay, smaller or larger; `.zero` asks for the deadline itself
+    /// (a negative leeway counts as zero). Otherwise as `asyncAfter(deadline:qos:flags:execute:)`.
+    public func asyncAfter(deadline: Deadline, leeway: Duration, qos: QoS = .unspecified,
+                           flags: WorkItemFlags = [], execute work: @escaping @Sendable () -> Void,
+                           file: StaticString = #fileID, line: UInt = #line) {
+        let nanoseconds = leeway.nanoseconds128
+        let requested: UInt64 = nanoseconds <= 0 ? 0 : (nanoseconds >= Int128(UInt64.max) ? .max : UInt64(nanoseconds))
+        DelayedWork.schedule(makeDelayedJob(.block(work), qos: qos, flags: flags), on: self, at: deadline,
+                             leeway: requested, site: TimerSite(file: file, line: line), timers: services.timers)
     }
 
     /// Submits `work` to run once the wall clock reaches `wallDeadline` (it follows changes

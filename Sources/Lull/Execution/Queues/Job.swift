@@ -24,6 +24,9 @@ struct Job: Sendable {
     /// The QoS the job resolved to where it was enqueued (see `QoSResolution`).
     var qos: QoS
     var flags: WorkItemFlags
+    /// The global queue the job was put on (set there): what a thread running it is on,
+    /// for `workPrecondition` and its kin (see `WorkQueue.isRunBy`).
+    var globalClass: QoS.QoSClass? = nil
     var context: ExecutionContext
     var group: WorkGroup?
     /// Set on a block a concurrent queue forwarded straight to its global target: it still

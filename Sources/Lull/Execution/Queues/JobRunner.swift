@@ -8,6 +8,18 @@ enum JobRunner {
     ///     (asynchronous inversion), or the level of the drain of a parent queue. Blocks
     ///     never run below it: that is how an override shows in `QoS.current`.
     static func run(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+        guard let global = job.globalClass else {
+            runOnQueue(job, floor: floor, drainQoS: drainQoS, thread: thread)
+            return
+        }
+        let outer = thread.runningGlobal
+        thread.runningGlobal = global
+        runOnQueue(job, floor: floor, drainQoS: drainQoS, thread: thread)
+        thread.runningGlobal = outer
+    }
+
+    /// Runs the job, forwarding a block a concurrent queue let through to that queue.
+    private static func runOnQueue(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
         if let owner = job.owner {
             owner.runForwarded(job, thread: thread)
             return
@@ -22,11 +34,7 @@ enum JobRunner {
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()
             thread.withJobContext(job.context) {
-                if let group = job.group {
-                    group.running(on: thread) { thread.withQoS(qos, block) }
-                } else {
-                    thread.withQoS(qos, block)
-                }
+                thread.withQoS(qos, block)
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
         case .posted(let work):

@@ -43,7 +43,7 @@ extension WorkQueue {
         // this drain at.
         var cursor = SerialDrainCursor(floor: floor, nested: nested,
                                        base: nested ? thread.ownQoS.qosClass : .unspecified, marks: firstMarks)
-        thread.heldQueues.append(HeldQueue(id: identity, exclusive: true))
+        thread.heldQueues.append(HeldQueue(self, exclusive: true))
         while true {
             var next = batch.popFirst()
             while let job = next, !cursor.stopped {
@@ -152,7 +152,7 @@ extension WorkQueue {
             }
             guard let (floor, nested, barrier, more) = taken else { break }
             WorkQueue.post(more)
-            thread.heldQueues.append(HeldQueue(id: identity, exclusive: barrier))
+            thread.heldQueues.append(HeldQueue(self, exclusive: barrier))
             var finished = 0
             var handedOffBarrier = false
             while let job = batch.popFirst() {
@@ -203,7 +203,7 @@ extension WorkQueue {
             forwardedBlockFinished()
             return
         }
-        thread.heldQueues.append(HeldQueue(id: identity, exclusive: false))
+        thread.heldQueues.append(HeldQueue(self, exclusive: false))
         JobRunner.runIgnoringOwner(job, floor: .unspecified, drainQoS: nil, thread: thread)
         thread.heldQueues.removeLast()
         forwardedBlockFinished()
@@ -231,10 +231,21 @@ extension WorkQueue {
 }
 
 /// A queue the current thread holds: exclusively (a serial drain, a barrier, a `sync`) or
-/// as one of several runners of a concurrent queue.
+/// as one of several runners of a concurrent queue (or of a global queue, in `sync`).
+///
+/// `unowned(unsafe)`: an entry lives only while the thread runs inside the queue (a drain,
+/// whose job holds the queue; a `sync`, whose caller does), so the queue outlives it, and
+/// pushing one costs no reference count.
 struct HeldQueue {
-    let id: ObjectIdentifier
+    unowned(unsafe) let queue: WorkQueue
     let exclusive: Bool
+
+    init(_ queue: WorkQueue, exclusive: Bool) {
+        self.queue = queue
+        self.exclusive = exclusive
+    }
+
+    var id: ObjectIdentifier { ObjectIdentifier(queue) }
 }
 
 /// Where a serial drain is in its batch: the level the next block runs at (see

@@ -27,6 +27,10 @@ extension WorkQueue {
         let detached = flags.contains(.detached)
         switch kind {
         case .root:
+            // The block runs on the global queue as far as `workPrecondition` and
+            // `getSpecific` can tell.
+            thread.heldQueues.append(HeldQueue(self, exclusive: false))
+            defer { thread.heldQueues.removeLast() }
             return try runBody(work, thread: thread, detached: detached, qos: qos)
         case .mainThread:
             lullFatal("sync onto the main thread's root")
@@ -37,7 +41,7 @@ extension WorkQueue {
         switch tryAcquireDirect(exclusive: exclusive, owner: thread.priorityReference) {
         case .acquired:
             // The common case, a free queue right on a global queue: no hand-off, no list.
-            thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
+            thread.heldQueues.append(HeldQueue(self, exclusive: exclusive))
             defer {
                 thread.heldQueues.removeLast()
                 releaseSync(exclusive: exclusive)
@@ -48,7 +52,7 @@ extension WorkQueue {
         case .nested:
             if let chain = tryAcquireChain(barrier: barrier, owner: thread.priorityReference) {
                 for (queue, exclusive) in chain {
-                    thread.heldQueues.append(HeldQueue(id: queue.identity, exclusive: exclusive))
+                    thread.heldQueues.append(HeldQueue(queue, exclusive: exclusive))
                 }
                 defer {
                     thread.heldQueues.removeLast(chain.count)
@@ -66,7 +70,7 @@ extension WorkQueue {
         enqueue(Job(work: .syncWaiter(waiter), qos: waitQoS,
                     flags: barrier ? [.barrier, .enforceQoS] : .enforceQoS, context: .empty, group: nil))
         waiter.awaitGrant()
-        thread.heldQueues.append(HeldQueue(id: identity, exclusive: exclusive))
+        thread.heldQueues.append(HeldQueue(self, exclusive: exclusive))
         defer {
             thread.heldQueues.removeLast()
             if waiter.isNested {

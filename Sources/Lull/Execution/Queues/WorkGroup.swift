@@ -7,8 +7,6 @@ public final class WorkGroup: Sendable {
     private struct State {
         var count = 0
         var waiters = CompletionWaiters()
-        /// Threads waiting raise the threads running the group's blocks.
-        var overrides = WaitOverrides()
     }
 
     /// An empty group (count 0).
@@ -39,34 +37,30 @@ public final class WorkGroup: Sendable {
     }
 
     /// Blocks until the group is empty or `timeout` passes.
-    /// The waiting thread raises the blocks submitted with `async(group:)` that run (or
-    /// start) meanwhile to its QoS (synchronous inversion avoidance).
+    ///
+    /// The wait raises nothing: a group has no owner to raise, and the QoS its blocks were
+    /// given stands, as on Darwin (only `sync` and waiting on a work item resolve an
+    /// inversion). A worker that waits counts as blocked, so the pool may start another.
     public func wait(timeout: Deadline) -> WaitResult {
-        let waitClass = ThreadState.current.currentQoS.qosClass
-        var registered = false
-        let result = CompletionWaiters.wait(until: timeout, register: { parker in
-            let empty = state.locked { state -> Bool in
+        CompletionWaiters.wait(until: timeout, register: { parker in
+            state.locked { state -> Bool in
                 if state.count == 0 { return true }
                 state.waiters.add(parker)
-                state.overrides.addWaiter(waitClass)
                 return false
             }
-            registered = !empty
-            return empty
         }, unregister: { parker in
             state.locked { $0.waiters.remove(parker) }
         })
-        if registered {
-            state.locked { $0.overrides.removeWaiter(waitClass) }
-        }
-        return result
     }
 
-    /// Runs a block of the group on `thread`, raised while threads wait on the group.
-    func running(on thread: ThreadState, _ body: () -> Void) {
-        state.locked { $0.overrides.addRunner(thread.priority) }
-        body()
-        state.locked { $0.overrides.removeRunner(thread.priority) }
+    /// Registers a suspended task to resume when the group is empty; false (nothing
+    /// registered) when it is empty now.
+    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        state.locked { state -> Bool in
+            if state.count == 0 { return false }
+            state.waiters.add(task: continuation)
+            return true
+        }
     }
 
     /// Submits `execute` to `queue` once the group is empty (at once if it is empty now).

@@ -129,6 +129,16 @@ public final class WorkItem: Sendable {
         return result
     }
 
+    /// Registers a suspended task to resume when the item completes; false (nothing
+    /// registered) when it has completed already.
+    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        completion.locked { state -> Bool in
+            if state.isDone { return false }
+            state.waiters.add(task: continuation)
+            return true
+        }
+    }
+
     /// Submits `execute` to `queue` once the item has completed.
     public func notify(qos: QoS = .unspecified, flags: WorkItemFlags = [], queue: WorkQueue,
                        execute: @escaping @Sendable () -> Void) {

@@ -59,6 +59,8 @@ public final class WorkQueue: Sendable {
     let forwardedInFlight = Atomic<Int>(0)
     /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
     let barrierAwaitsForwarded = Atomic<Bool>(false)
+    /// Values stored with `setSpecific(key:value:)`; released with the queue. A leaf lock.
+    let specifics = Mutex(SpecificValues())
 
     /// A serial queue (or with `.concurrent`, a concurrent one) that drains through
     /// `resolvedTarget` (the public initializer picks the process runtime's global queue
@@ -161,6 +163,7 @@ public final class WorkQueue: Sendable {
     func enqueue(_ job: consuming Job) {
         switch kind {
         case .root(let rootClass):
+            job.globalClass = rootClass
             // A block a concurrent queue forwards was resolved there already.
             if job.owner == nil {
                 let floor: QoS = rootClass == .default ? .unspecified : QoS(rootClass)

@@ -8,6 +8,8 @@ import CLullShims
 /// the task-local is only ever bound here, together with the thread's context. So a thread
 /// that runs no task never needs to read the task-local (reading one costs tens of
 /// nanoseconds, binding one an allocation): it binds it only when the context changes.
+/// With the trait `ServiceContext`, `ServiceContext.current` is bound at the same moments
+/// (`bindingServiceContext`).
 extension ThreadState {
     /// `ExecutionContext.current`: the context installed on the thread, else the task's.
     var currentContext: ExecutionContext {
@@ -31,7 +33,9 @@ extension ThreadState {
         self.context = context
         defer { self.context = saved }
         if needsBinding {
-            return try ExecutionContext.$taskContext.withValue(context, operation: body)
+            return try ExecutionContext.$taskContext.withValue(context) {
+                try context.bindingServiceContext(body)
+            }
         }
         return try body()
     }

@@ -22,8 +22,7 @@ extension ExecutionContext {
     /// context is current again when `body` returns or throws. Work submitted and tasks
     /// created inside `body` carry the new activity.
     public static func withActivity<T>(_ name: String, _ body: () throws -> T) rethrows -> T {
-        let activity = ExecutionContext(id: ExecutionContext.nextID.wrappingAdd(1, ordering: .relaxed).oldValue,
-                                        parentID: current.activityID, name: name)
-        return try ThreadState.current.withContext(activity, body)
+        let thread = ThreadState.current
+        return try thread.withContext(.startingActivity(name, under: thread.currentContext), body)
     }
 }

@@ -13,5 +13,16 @@ enum PoolTestHooks {
         let hook = claimedToPoll.locked { $0 }
         hook?(worker)
     }
+
+    /// Runs on a spinning worker when its spin ends, before it takes its class lock to
+    /// decide what next: a test raises a need for a poller here to stand for one that
+    /// arrives while the worker spins. Every pool of the process runs it (a test's hook
+    /// looks at `worker.owner`).
+    static let spinEnds = Mutex<(@Sendable (Worker) -> Void)?>(nil)
+
+    static func runSpinEnds(_ worker: Worker) {
+        let hook = spinEnds.locked { $0 }
+        hook?(worker)
+    }
 }
 #endif

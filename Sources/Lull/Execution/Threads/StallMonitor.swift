@@ -42,7 +42,7 @@ final class StallMonitor: Sendable {
         guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        DelayedWork.scheduleHousekeeping(at: SystemClock.monotonicNanoseconds() + delay, on: timers, check)
+        DelayedWork.scheduleHousekeeping(at: timers.now + delay, on: timers, check)
     }
 
     func disarm() {

@@ -33,6 +33,9 @@ final class ThreadState {
     @exclusivity(unchecked) var context: ExecutionContext = .empty
     /// Serial queues (and barrier-held concurrent queues) this thread holds, innermost last.
     @exclusivity(unchecked) var heldQueues: [HeldQueue] = []
+    /// The global queue whose job this thread runs (a block, or a drain of a queue that
+    /// targets it); nil outside such a job.
+    @exclusivity(unchecked) var runningGlobal: QoS.QoSClass?
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()

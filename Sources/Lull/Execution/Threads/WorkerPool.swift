@@ -56,12 +56,13 @@ final class WorkerPool: Sendable {
     let pollerThreadID = Atomic<Int32>(0)
     let stallMonitor: StallMonitor
     /// What the leader polls, and the timers that ride on its wake-ups.
-    private let reactor: Reactor
+    private let reactor: any PollTarget
     private let timers: TimerEngine
 
     /// A pool whose leader polls `reactor` and fires `timers` after each wake-up. The
-    /// composition root (`Runtime`) connects the reactor's poller requests to it.
-    init(reactor: Reactor, timers: TimerEngine) {
+    /// composition root (`Runtime`) connects the reactor's poller requests to it; a test
+    /// gives it a `PollTarget` of its own and an engine on a `ManualClock`.
+    init(reactor: any PollTarget, timers: TimerEngine) {
         let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
         cpuCount = max(1, online > 0 ? online : 1)
         threadCeiling = max(64, cpuCount * 16)
@@ -472,6 +473,9 @@ final class WorkerPool: Sendable {
             lull_cpu_relax()
             spins += 1
         }
+        #if DEBUG
+        PoolTestHooks.runSpinEnds(worker)
+        #endif
         var cascade = Helper.none
         let outcome = pool.state.locked { state -> SpinOutcome in
             state.spinning = 0
