@@ -79,6 +79,12 @@ let package = Package(
             dependencies: ["Lull"],
             path: "Tests/LullExecutorProbe"
         ),
+        // A test helper: GlobalExecutor.install() from an async main.
+        .executableTarget(
+            name: "lull-async-main-probe",
+            dependencies: ["Lull"],
+            path: "Tests/LullAsyncMainProbe"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

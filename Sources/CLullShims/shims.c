@@ -678,3 +678,70 @@ int lull_witness_withdraw(int witness, int fd) {
     struct epoll_event event = { 0 };
     return epoll_ctl(witness, EPOLL_CTL_DEL, fd, &event) == 0 ? 0 : -errno;
 }
+
+/* Dispatch's main queue, reached through the libdispatch that the Swift concurrency runtime
+ * loads on Linux (its platform main executor is Dispatch's main queue): looked up at run
+ * time, so that Lull neither links libdispatch nor needs its headers. */
+#include <dlfcn.h>
+
+typedef void (*lull_dispatch_async_f_t)(void *queue, void *context, void (*work)(void *));
+typedef const char *(*lull_dispatch_queue_get_label_t)(void *queue);
+typedef int (*lull_dispatch_main_queue_handle_t)(void);
+typedef void (*lull_dispatch_main_queue_callback_t)(void *message);
+
+static pthread_once_t lull_dispatch_once = PTHREAD_ONCE_INIT;
+static void *lull_dispatch_main_q;
+static lull_dispatch_async_f_t lull_dispatch_async_f;
+static lull_dispatch_queue_get_label_t lull_dispatch_queue_get_label;
+static lull_dispatch_main_queue_handle_t lull_dispatch_main_queue_handle_4cf;
+static lull_dispatch_main_queue_callback_t lull_dispatch_main_queue_callback_4cf;
+
+static void lull_dispatch_resolve(void) {
+    void *queue = dlsym(RTLD_DEFAULT, "_dispatch_main_q");
+    void *async = dlsym(RTLD_DEFAULT, "dispatch_async_f");
+    void *label = dlsym(RTLD_DEFAULT, "dispatch_queue_get_label");
+    if (queue == NULL || async == NULL || label == NULL) return;
+    lull_dispatch_main_q = queue;
+    lull_dispatch_async_f = (lull_dispatch_async_f_t)async;
+    lull_dispatch_queue_get_label = (lull_dispatch_queue_get_label_t)label;
+    /* The run-loop hooks CoreFoundation's RunLoop drains Dispatch's main queue with. */
+    void *handle = dlsym(RTLD_DEFAULT, "_dispatch_get_main_queue_handle_4CF");
+    void *callback = dlsym(RTLD_DEFAULT, "_dispatch_main_queue_callback_4CF");
+    if (handle == NULL || callback == NULL) return;
+    lull_dispatch_main_queue_handle_4cf = (lull_dispatch_main_queue_handle_t)handle;
+    lull_dispatch_main_queue_callback_4cf = (lull_dispatch_main_queue_callback_t)callback;
+}
+
+int lull_dispatch_main_queue_is_current(void) {
+    pthread_once(&lull_dispatch_once, lull_dispatch_resolve);
+    if (lull_dispatch_main_q == NULL) return 0;
+    /* dispatch_queue_get_label(DISPATCH_CURRENT_QUEUE_LABEL) names the queue whose callout
+     * runs; the main queue's label is a constant of libdispatch, so the pointers compare. */
+    const char *current = lull_dispatch_queue_get_label(NULL);
+    const char *main = lull_dispatch_queue_get_label(lull_dispatch_main_q);
+    return current != NULL && current == main;
+}
+
+int lull_dispatch_main_async(void *context, void (*work)(void *)) {
+    pthread_once(&lull_dispatch_once, lull_dispatch_resolve);
+    if (lull_dispatch_main_q == NULL) return -ENOSYS;
+    lull_dispatch_async_f(lull_dispatch_main_q, context, work);
+    return 0;
+}
+
+int lull_dispatch_main_queue_handle(void) {
+    pthread_once(&lull_dispatch_once, lull_dispatch_resolve);
+    if (lull_dispatch_main_queue_handle_4cf == NULL) return -ENOSYS;
+    int descriptor = lull_dispatch_main_queue_handle_4cf();
+    return descriptor >= 0 ? descriptor : -EBADF;
+}
+
+void lull_dispatch_main_queue_drain(int descriptor) {
+    /* Clear the eventfd before draining: a block submitted during the drain writes it again,
+     * so the next readiness covers it. The eventfd is readable when this runs, and nothing
+     * else reads it (no RunLoop runs on the main thread). */
+    uint64_t count;
+    ssize_t ignored = read(descriptor, &count, sizeof count);
+    (void)ignored;
+    lull_dispatch_main_queue_callback_4cf(NULL);
+}

@@ -8,7 +8,13 @@ extension IndependentSuite {
     @Suite(.serialized) struct GlobalExecutorTests {
         /// Runs the probe in `mode` to its end; its output lines.
         static func probe(_ mode: String) throws -> [Substring] {
-            let process = try ExampleProcess("lull-executor-probe", [mode])
+            try run("lull-executor-probe", [mode])
+        }
+
+        /// Runs `executable` with `arguments` to its end; its output lines.
+        static func run(_ executable: String, _ arguments: [String]) throws -> [Substring] {
+            let mode = arguments.joined(separator: " ")
+            let process = try ExampleProcess(executable, arguments)
             let status = process.waitForExit()
             let text = process.text
             #expect(status == 0, "the probe (\(mode)) ended with \(String(describing: status)): \(text)")
@@ -67,6 +73,49 @@ extension IndependentSuite {
             #expect(lines.contains("installed true"), "\(lines)")
             let second = lines.first { $0.hasPrefix("second ") }
             #expect(second?.contains("installed already") == true, "\(lines)")
+        }
+
+        /// The async-main probe's checks: `mainThread` is where MainActor work runs ("true":
+        /// the main thread, "false": Dispatch's main-queue threads).
+        static func checkAsyncMain(_ arguments: [String], mainThread: String) throws {
+            let lines = try run("lull-async-main-probe", arguments)
+            let fromTask = lines.first { $0.hasPrefix("from-task ") }
+            #expect(fromTask?.contains("called from a task") == true, "\(lines)")
+            #expect(lines.contains("installed-after-task false"), "\(lines)")
+            #expect(lines.contains("installed true"), "\(lines)")
+            #expect(lines.first { $0.hasPrefix("second ") }?.contains("installed already") == true, "\(lines)")
+            let isolated: [Substring] = ["true", "main-queue", "true", "main-thread", Substring(mainThread)]
+            #expect(Self.fields(lines, "body", "main-actor") == isolated, "\(lines)")
+            #expect(Self.fields(lines, "resumed", "main-actor") == isolated, "\(lines)")
+            #expect(Self.fields(lines, "main-actor-job", "main-queue") == ["true", "main-thread", Substring(mainThread)],
+                    "\(lines)")
+            #expect(Self.fields(lines, "priority", "high") == ["userInitiated", "lull.user-init"], "\(lines)")
+            #expect(Self.fields(lines, "priority", "utility") == ["utility", "lull.utility"], "\(lines)")
+            #expect(Self.fields(lines, "priority", "background") == ["background", "lull.background"], "\(lines)")
+            // MainActor jobs and WorkQueue.main blocks never overlapped.
+            #expect(Self.fields(lines, "overlap", "worst") == ["1"], "\(lines)")
+            let sleep = try #require(Self.fields(lines, "sleep", "timer-wakeups"), "\(lines)")
+            try #require(sleep.count == 5, "\(lines)")
+            let wakeups = try #require(Int(sleep[0]))
+            let optimum = try #require(Int(sleep[2]))
+            #expect(wakeups >= 1, "the sleeps did not reach Lull's timers: \(lines)")
+            #expect(wakeups <= max(optimum, 1) + 1, "\(wakeups) wake-ups for an optimum of \(optimum): \(lines)")
+            #expect(sleep[4] == "0", "\(lines)")
+            #expect(Self.fields(lines, "slept", "at-least-30ms") == ["true", "main-actor", "true", "main-thread",
+                                                                     Substring(mainThread)], "\(lines)")
+            #expect(lines.last == "done", "\(lines)")
+        }
+
+        @Test func asyncMainInstallingFirstRunsTheMainActorOnTheMainThread() throws {
+            try Self.checkAsyncMain([], mainThread: "true")
+        }
+
+        @Test func asyncMainInstallingAfterAnAwaitRunsTheMainQueueOnDispatchsMainQueue() throws {
+            try Self.checkAsyncMain(["after-await"], mainThread: "false")
+        }
+
+        @Test func asyncMainMayCallRunMainInItsFirstSlice() throws {
+            try Self.checkAsyncMain(["run-main"], mainThread: "true")
         }
 
         @Test func withoutInstallNothingChanges() async {

@@ -50,6 +50,19 @@ int lull_set_thread_io_idle(int32_t tid);
 /// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
 int lull_in_swift_task(void);
 
+/// 1 when the calling thread runs a callout of Dispatch's main queue (the queue an async
+/// main's run loop drains on Linux), 0 otherwise or where no libdispatch is loaded.
+int lull_dispatch_main_queue_is_current(void);
+/// Submits work(context) to Dispatch's main queue (dispatch_async_f): 0, or -ENOSYS where no
+/// libdispatch is loaded.
+int lull_dispatch_main_async(void *context, void (*work)(void *));
+/// The eventfd Dispatch's main queue signals when it has work for a run loop on the main
+/// thread (_dispatch_get_main_queue_handle_4CF), or -errno where no libdispatch offers it.
+int lull_dispatch_main_queue_handle(void);
+/// Clears that eventfd and runs Dispatch's main queue's blocks (_dispatch_main_queue_callback_4CF),
+/// as CoreFoundation's RunLoop does: only on the main thread, while the eventfd is readable.
+void lull_dispatch_main_queue_drain(int descriptor);
+
 /// Sets the calling thread's timer slack in nanoseconds (prctl PR_SET_TIMERSLACK); 0 puts
 /// back the thread's default slack (the one it inherited when it was created). 0 or -errno.
 int lull_set_timer_slack(unsigned long nanoseconds);

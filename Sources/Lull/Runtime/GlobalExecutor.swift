@@ -1,5 +1,8 @@
 import CLullShims
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 #if compiler(>=6.3) && os(Linux)
 @_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 #endif
@@ -47,11 +50,28 @@ public enum GlobalExecutor {
     ///   toolchain has no custom-executor support. Nothing changes when it throws.
     public static func install() throws {
         #if compiler(>=6.3) && os(Linux)
-        if lull_in_swift_task() != 0 { throw GlobalExecutorError.tooLate }
+        // From a task, only an async main's: in its first slice, on the main thread before
+        // the run loop starts, or later on Dispatch's main queue, which that loop drains.
+        let fromTask = lull_in_swift_task() != 0
+        let firstSlice = fromTask && lull_gettid() == getpid()
+        if fromTask && !firstSlice && lull_dispatch_main_queue_is_current() == 0 {
+            throw GlobalExecutorError.tooLate
+        }
         guard installed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             throw GlobalExecutorError.alreadyInstalled
         }
         let runtime = Runtime.shared
+        if fromTask {
+            let adopted = firstSlice
+                ? !runtime.roots.mainThread.hasRunMainThread && DispatchMainQueueBridge.start()
+                : runtime.roots.mainThread.hostOnDispatchMainQueue()
+            guard adopted else {
+                // No libdispatch hooks, or a thread is inside WorkQueue.runMain() already:
+                // the async main's task could not continue.
+                installed.store(false, ordering: .releasing)
+                throw GlobalExecutorError.tooLate
+            }
+        }
         LullExecutorFactory.executors.withLock { executors in
             executors = (PoolTaskExecutor(roots: runtime.roots, timers: runtime.timers),
                          MainQueueExecutor(roots: runtime.roots, timers: runtime.timers))

@@ -25,9 +25,20 @@ extension WorkQueue {
         specific(key: key, for: ThreadState.current, roots: Runtime.shared.roots)
     }
 
-    /// Drains the main queue on the calling thread forever. Call it once, from any thread.
+    /// Drains the main queue on the calling thread forever. Call it once, from any thread
+    /// outside the main queue: from a synchronous main, or from an async main's first slice
+    /// (before its first suspension point). From code that runs on the main queue (a block
+    /// of it, MainActor code inside it) the program stops with a message: the queue it
+    /// holds could never drain again.
     public static func runMain() -> Never {
-        Runtime.shared.roots.mainThread.run()
+        let roots = Runtime.shared.roots
+        let thread = ThreadState.current
+        if thread.holdsExclusively(roots.main) || roots.mainThread.hostRuns(thread) {
+            lullFatal("WorkQueue.runMain() called from code on the main queue, which would never drain again: "
+                      + "call it from a synchronous main or an async main's first slice; later in an async main, "
+                      + "await instead (the async main's run loop drains the main queue)")
+        }
+        roots.mainThread.run()
     }
 
     /// Runs `execute(0) ... execute(iterations - 1)` in parallel on the calling thread and

@@ -36,13 +36,21 @@ final class MainQueueExecutor: SwiftJobHost, MainExecutor, SchedulingExecutor, @
     }
 
     func checkIsolated() {
-        guard ThreadState.current.holdsExclusively(roots.main) else {
+        guard isIsolating(ThreadState.current) else {
             lullFatal("the current thread is not isolated to the main actor: it runs no block of WorkQueue.main")
         }
     }
 
     func isIsolatingCurrentContext() -> Bool? {
-        ThreadState.current.holdsExclusively(roots.main)
+        isIsolating(ThreadState.current)
+    }
+
+    /// Holding the main queue, or standing for it outside any queue: the main thread while
+    /// no other thread runs `runMain()` (an async main's first slice, code before
+    /// `runMain()`), or a callout of Dispatch's main queue while it hosts the main queue.
+    private func isIsolating(_ thread: ThreadState) -> Bool {
+        if thread.holdsExclusively(roots.main) { return true }
+        return thread.heldQueues.isEmpty && thread.runningGlobal == nil && roots.mainThread.representsMainQueue(thread)
     }
 
     /// Drains the main queue on the calling thread; never returns.
