@@ -7,22 +7,22 @@ import Glibc
 @_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 #endif
 
-/// Swift concurrency's global and main executors on Lull: call once, before the first task.
+/// Swift concurrency's global and main executors on Lull: call once, first thing in `main`.
 ///
 /// Once installed, every task's jobs run on Lull's worker pool at the QoS of the task's
 /// priority (high and userInitiated → userInitiated, medium → default, low and utility →
 /// utility, background → background, none → default); `Task.sleep` on the continuous and
 /// suspending clocks becomes a Lull timer whose leeway is the `tolerance` (never less than
 /// the default leeway of the task's QoS; nil: that default), so sleeps whose windows
-/// overlap wake the process once; and MainActor jobs run on `WorkQueue.main`, drained by
-/// `WorkQueue.runMain()`.
+/// overlap wake the process once; and MainActor jobs run on `WorkQueue.main`, exclusive
+/// with its blocks.
 ///
 /// The install goes through the Swift runtime's custom-executor support
 /// (`_createExecutors(factory:)`, SPI in the Swift 6.3 toolchains): known to work with Swift
 /// 6.3.1 on Linux. Where the compiler is older or the platform is not Linux, `install()`
 /// throws ``GlobalExecutorError/unsupported`` and nothing changes.
 ///
-/// Call it from synchronous code before any task starts, then start work and call
+/// With a synchronous main, install before any task starts, then start work and call
 /// `WorkQueue.runMain()`:
 ///
 /// ```swift
@@ -36,18 +36,35 @@ import Glibc
 /// WorkQueue.runMain()
 /// ```
 ///
-/// An `async` main is already a task when its body starts, running on the platform's main
-/// executor, whose run loop the runtime started before the program's first line: so a
-/// program that installs uses a synchronous main and `WorkQueue.runMain()`, and `install()`
-/// called from any task throws ``GlobalExecutorError/tooLate`` and changes nothing. Tasks
-/// started from plain threads before the install cannot be detected: their later jobs
-/// run on Lull's executors.
+/// With an `async` main, install as its first statement, before its first `await`: the
+/// main thread then drains `WorkQueue.main` (the async main's run loop is Lull's), so
+/// MainActor work, the async main's own continuations and the main queue's blocks run on
+/// the main thread, one at a time; the program ends when `main` returns.
+///
+/// ```swift
+/// import Lull
+///
+/// try GlobalExecutor.install()
+/// try await Task.sleep(for: .seconds(1), tolerance: .milliseconds(200))
+/// print("on the main queue, on the main thread")
+/// ```
+///
+/// Installed later in an async main (after an `await`), the platform's run loop already
+/// owns the main thread: Dispatch's main queue then drains `WorkQueue.main`, so MainActor
+/// work and the main queue still exclude each other, but run on Dispatch's main-queue
+/// threads, as MainActor work does without Lull there. An async main calls
+/// `WorkQueue.runMain()` only in that first slice, if at all.
+///
+/// Called from any other task, `install()` throws ``GlobalExecutorError/tooLate`` and
+/// changes nothing. Tasks started from plain threads before the install cannot be
+/// detected: their later jobs run on Lull's executors.
 public enum GlobalExecutor {
     private static let installed = Atomic<Bool>(false)
 
     /// Makes Lull Swift concurrency's default and main executor.
-    /// - Throws: ``GlobalExecutorError``: already installed, called from a task, or the
-    ///   toolchain has no custom-executor support. Nothing changes when it throws.
+    /// - Throws: ``GlobalExecutorError``: already installed, called from a task other than
+    ///   an async main, or the toolchain has no custom-executor support. Nothing changes
+    ///   when it throws.
     public static func install() throws {
         #if compiler(>=6.3) && os(Linux)
         // From a task, only an async main's: in its first slice, on the main thread before
@@ -92,8 +109,9 @@ public enum GlobalExecutor {
 public enum GlobalExecutorError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `install()` succeeded before.
     case alreadyInstalled
-    /// Called from a task (an `async` main among them): tasks already run on the previous
-    /// executors. Install from synchronous code before the first task.
+    /// Called from a task other than an `async` main: tasks already run on the previous
+    /// executors. Install from synchronous code before the first task, or at the start of
+    /// an `async` main.
     case tooLate
     /// This toolchain or platform has no custom-executor support (Lull needs Swift 6.3 or
     /// later on Linux).
@@ -102,7 +120,7 @@ public enum GlobalExecutorError: Error, Sendable, Equatable, CustomStringConvert
     public var description: String {
         switch self {
         case .alreadyInstalled: "GlobalExecutor.install(): Lull's executors are installed already"
-        case .tooLate: "GlobalExecutor.install(): called from a task; install before the first task starts"
+        case .tooLate: "GlobalExecutor.install(): called from a task; install before the first task starts (or first thing in an async main)"
         case .unsupported: "GlobalExecutor.install(): the Swift runtime here has no custom-executor support (needs Swift 6.3 or later on Linux)"
         }
     }

@@ -96,6 +96,7 @@ final class MainThreadRunner: Sendable {
         let thread = ThreadState.current
         while let job = state.locked({ state -> Job? in
             guard state.hosted else { return nil }
+            assert(state.calloutPending, "a callout of Dispatch's main queue drains while none is pending")
             if let job = state.jobs.popFirst() { return job }
             state.calloutPending = false
             return nil
