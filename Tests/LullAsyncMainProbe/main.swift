@@ -144,8 +144,10 @@ func mainActorHolds() -> Bool { MainActor.assumeIsolated { true } }
         say("no-report")
         exit(1)
     }
-    say("sleep timer-wakeups \(report.wakeups.timer.count) optimal \(report.coalescing.optimalWakeups) "
-        + "early \(early.worst.load(ordering: .relaxed))")
+    // Windows of Lull's timers, and the wake-ups in which one fired (timer or descriptor
+    // wake-ups: the main thread's Dispatch bridge is a read source).
+    say("sleep windows \(report.coalescing.windows) wakeups \(report.coalescing.wakeupsWithTimerFires) "
+        + "optimal \(report.coalescing.optimalWakeups) early \(early.worst.load(ordering: .relaxed))")
 
     let start = clock.now
     try? await Task.sleep(for: .milliseconds(30), tolerance: .milliseconds(10))
