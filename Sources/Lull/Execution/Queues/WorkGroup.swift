@@ -62,16 +62,6 @@ public final class WorkGroup: Sendable {
         return result
     }
 
-    /// Registers a suspended task to resume when the group is empty; false (nothing
-    /// registered) when it is empty now.
-    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        state.locked { state -> Bool in
-            if state.count == 0 { return false }
-            state.waiters.add(task: continuation)
-            return true
-        }
-    }
-
     /// Runs a block of the group on `thread`, raised while threads wait on the group.
     func running(on thread: ThreadState, _ body: () -> Void) {
         state.locked { $0.overrides.addRunner(thread.priority) }
@@ -89,5 +79,15 @@ public final class WorkGroup: Sendable {
             return false
         }
         if empty { queue.enqueue(job) }
+    }
+
+    /// Registers a suspended task to resume when the group is empty; false (nothing
+    /// registered) when it is empty now.
+    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        state.locked { state -> Bool in
+            if state.count == 0 { return false }
+            state.waiters.add(task: continuation)
+            return true
+        }
     }
 }
