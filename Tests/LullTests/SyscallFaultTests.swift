@@ -216,12 +216,12 @@ extension LullSuite {
             #expect(registered.await())
             withSyscallFault(.eventfdRead, errno: code) {
                 LullSuite.SignalSourceTests.raiseUnblocked(signal)
-                #expect(waitUntil { deliveries.value == 1 }, "the signal was lost")
+                #expect(deliveries.await { $0 == 1 }, "the signal was lost")
                 #expect(SyscallFault.hits(.eventfdRead) == 1)
             }
             // And the next one is not lost either.
             LullSuite.SignalSourceTests.raiseUnblocked(signal)
-            #expect(waitUntil { deliveries.value == 2 }, "the second signal was lost")
+            #expect(deliveries.await { $0 == 2 }, "the second signal was lost")
             source.cancel()
             #expect(cancelled.await())
         }
@@ -353,7 +353,7 @@ extension LullSuite {
                 for milliseconds in [5, 20, 40] {
                     queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { fired.increment() }
                 }
-                childRequire(waitUntil { fired.value == 3 }, "\(fired.value) of 3 delayed blocks ran")
+                childRequire(fired.await { $0 == 3 }, "\(fired.value) of 3 delayed blocks ran")
                 childRequire(SyscallFault.hits(.timerfdSettime) >= 1, "timerfd_settime was not reached")
             }
             let message = standardErrorText(result)
@@ -376,7 +376,7 @@ extension LullSuite {
                 for milliseconds in [5, 20, 40] {
                     queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { fired.increment() }
                 }
-                childRequire(waitUntil { fired.value == 3 }, "\(fired.value) of 3 delayed blocks ran")
+                childRequire(fired.await { $0 == 3 }, "\(fired.value) of 3 delayed blocks ran")
                 childRequire(SyscallFault.hits(.eventAdd) >= min(Int(failures), 2), "\(SyscallFault.hits(.eventAdd)) of \(failures) failures injected")
                 childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
             }
@@ -416,7 +416,7 @@ extension LullSuite {
                         ran.increment()
                     }
                 }
-                childRequire(waitUntil { ran.value == 50 }, "\(ran.value) of 50 blocks ran")
+                childRequire(ran.await { $0 == 50 }, "\(ran.value) of 50 blocks ran")
             }
             let message = standardErrorText(result)
             #expect(!message.contains("requirement failed"), "stderr: \(message)")
