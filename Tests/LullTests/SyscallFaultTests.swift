@@ -110,7 +110,7 @@ extension LullSuite {
         // MARK: event_add (libevent's epoll_ctl)
 
         @Test func aRefusedEventAddCancelsReadAndWriteSourcesWithTheErrnoAndLeaksNothing() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let before = FileSystemTestKit.openDescriptorCount()
                 let made = try? SourceTestKit.makePipe()
@@ -143,10 +143,11 @@ extension LullSuite {
                 childRequire(FileSystemTestKit.openDescriptorCount() == before,
                              "descriptors: \(before) before, \(FileSystemTestKit.openDescriptorCount()) after")
             }
+            printChildFailure(result)
         }
 
         @Test func aRefusedEventAddCancelsSignalProcessAndFileSystemSourcesAndClosesTheirDescriptors() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let (directory, watched) = temporaryDirectoryOpenInChild()
                 defer { directory.remove() }
@@ -177,12 +178,13 @@ extension LullSuite {
                 }, "a signal source after the refused one did not fire")
                 close(watched)
             }
+            printChildFailure(result)
         }
 
         // MARK: eventfd
 
         @Test func aFailedEventfdCancelsTheSignalSourceWithTheErrno() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let before = FileSystemTestKit.openDescriptorCount()
                 let signal = ignoredSignal(SIGUSR2)
@@ -199,6 +201,7 @@ extension LullSuite {
                     LullSuite.SignalSourceTests.raiseUnblocked(signal)
                 }, "a signal source after the failed one did not fire")
             }
+            printChildFailure(result)
         }
 
         @Test(arguments: [EINTR, EAGAIN])
@@ -244,7 +247,7 @@ extension LullSuite {
         // MARK: inotify
 
         @Test func aFailedInotifyInitCancelsTheFileSystemSourceWithTheErrno() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let (directory, watched) = temporaryDirectoryOpenInChild()
                 defer { directory.remove() }
@@ -271,6 +274,7 @@ extension LullSuite {
                 childRequire(FileSystemTestKit.openDescriptorCount() == before, "a descriptor leaked (path)")
                 close(watched)
             }
+            printChildFailure(result)
         }
 
         @Test func aFailedInotifyAddWatchCancelsOrThrowsWithTheErrno() throws {

@@ -297,6 +297,14 @@ func standardErrorText(_ result: ExitTest.Result?) -> String {
     return String(decoding: result.standardErrorContent, as: UTF8.self)
 }
 
+/// Prints what a child wrote to standard error when it did not exit with status 0, so that
+/// a failed exit test says which requirement failed (`childRequire` writes it there).
+func printChildFailure(_ result: ExitTest.Result?) {
+    guard let result else { return }
+    if case .exitCode(0) = result.exitStatus { return }
+    print("child exited with \(result.exitStatus); its standard error:\n\(standardErrorText(result))")
+}
+
 /// Writes a line to standard error (file descriptor 2), where exit tests can observe it.
 func printToStandardError(_ text: String) {
     let line = text + "\n"
