@@ -90,8 +90,10 @@ let package = Package(
 )
 
 // The DocC plugin, for `make docs` (`swift package generate-documentation --target Lull`),
-// declared only when LULL_DOCC is set, so that a client never resolves it.
-if Context.environment["LULL_DOCC"] != nil {
+// declared only when LULL_DOCC is set, so that a client never resolves it. The Swift Package
+// Index sets SPI_GENERATE_DOCS when it builds documentation; it adds the plugin itself only
+// when the manifest does not name it at all, so this one must be declared for it too.
+if Context.environment["LULL_DOCC"] != nil || Context.environment["SPI_GENERATE_DOCS"] != nil {
     package.dependencies.append(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     )

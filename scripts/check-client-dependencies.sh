@@ -32,9 +32,9 @@ else
 fi
 echo 'import Lull' > "$CLIENT/Sources/client/main.swift"
 
-# LULL_DOCC must not leak in from the caller's environment: it is what clients never set.
+# LULL_DOCC and SPI_GENERATE_DOCS must not leak in from the caller's environment: clients never set them.
 # The tree names every remote package by its URL; the path dependency (Lull) has none.
-resolved=$(env -u LULL_DOCC "$SWIFT" package --package-path "$CLIENT" show-dependencies 2>&1)
+resolved=$(env -u LULL_DOCC -u SPI_GENERATE_DOCS "$SWIFT" package --package-path "$CLIENT" show-dependencies 2>&1)
 unexpected=()
 for identity in $(printf '%s\n' "$resolved" | grep -oE 'https?://[^ <>@]+' | sed -E 's#.*/##; s#\.git$##' | sort -u); do
     case " swift-log ${ALLOWED:-} " in

@@ -39,7 +39,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Sources",
 
 # Names too common to tell a dependency: a method or static of this name in one folder
 # does not make every use of the word elsewhere (an array's `remove`, a local `count`) a
-# reference to it.
+# reference to it. Names the standard library also declares (`TaskLocal.withValue`,
+# `Clock.Instant`) are in it for the same reason.
 GENERIC = set("""
     init deinit description debugDescription hash hashValue rawValue
     run start stop cancel resume suspend activate close open read write remove add insert
@@ -51,6 +52,7 @@ GENERIC = set("""
     enqueue dequeue push pop drain perform submit touch check clear take put
     deadline leeway interval queue target qos source event events descriptor path
     error errno code status message log warning once fatal
+    withValue Instant Duration
 """.split())
 
 DECLARATION = re.compile(

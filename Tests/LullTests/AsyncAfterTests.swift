@@ -45,7 +45,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == count })
+            #expect(done.await { $0 == count })
             #expect(early.values.isEmpty)
         }
 

@@ -79,16 +79,16 @@ extension LullSuite {
             defer {
                 let bytes = [UInt8](repeating: 1, count: count)
                 _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, count) }
-                #expect(waitUntil { finished.value == count })
+                #expect(finished.await { $0 == count })
             }
-            #expect(waitUntil { started.value >= Runtime.shared.pool.cpuCount }, "the blocks did not start")
+            #expect(started.await { $0 >= Runtime.shared.pool.cpuCount }, "the blocks did not start")
             // Later than the stall monitor's look (StallMonitor.interval), whose wake-up is
             // then already armed: this timer moves no deadline and asks for no poller itself.
             let fired = Flag()
             WorkQueue(label: "lull.test.blocked.timer", qos: .userInitiated)
                 .asyncAfter(deadline: .now() + .milliseconds(300)) { fired.set() }
             #expect(fired.await(), "a timer did not fire while \(qosClass) workers slept")
-            #expect(waitUntil { started.value == count },
+            #expect(started.await { $0 == count },
                     "only \(started.value) of \(count) sleeping \(qosClass) blocks started")
         }
     }

@@ -119,7 +119,7 @@ extension LullSuite {
                     finished.increment()
                 }
             }
-            #expect(waitUntil { finished.value == callers })
+            #expect(finished.await { $0 == callers })
             #expect(correct.value == callers)
         }
     }

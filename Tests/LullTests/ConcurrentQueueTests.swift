@@ -16,7 +16,7 @@ final class Rendezvous: Sendable {
 
     func arrive() {
         arrived.increment()
-        if !waitUntil({ arrived.value >= parties }) { failures.increment() }
+        if !arrived.await(until: { $0 >= parties }) { failures.increment() }
     }
 
     var everyoneArrived: Bool { arrived.value >= parties }
@@ -35,7 +35,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == 2 })
+            #expect(done.await { $0 == 2 })
             #expect(rendezvous.failures.value == 0)
         }
 
@@ -49,7 +49,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == 2 })
+            #expect(done.await { $0 == 2 })
             #expect(rendezvous.failures.value == 0)
         }
 
@@ -64,7 +64,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == count })
+            #expect(done.await { $0 == count })
             #expect(runs.locked { $0.allSatisfy { $0 == 1 } })
         }
 
@@ -76,7 +76,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == count })
+            #expect(done.await { $0 == count })
         }
 
         @Test func barrierWaitsForEarlierBlocksAndRunsAlone() {
@@ -114,7 +114,7 @@ extension LullSuite {
                     overlap.exit()
                 }
             }
-            #expect(waitUntil { after.value == perSide })
+            #expect(after.await { $0 == perSide })
             #expect(violations.values.isEmpty)
             #expect(barrierDone.isSet)
         }
@@ -146,7 +146,7 @@ extension LullSuite {
                     barriersDone.increment()
                 }
             }
-            #expect(waitUntil { barriersDone.value == rounds })
+            #expect(barriersDone.await { $0 == rounds })
             #expect(violations.values.isEmpty)
         }
 
@@ -187,7 +187,7 @@ extension LullSuite {
                 }
             }
             #expect(barrier.wait(timeout: .now() + .seconds(10)) == .success)
-            #expect(waitUntil { finished.value == 2 * count })
+            #expect(finished.await { $0 == 2 * count })
             #expect(violations.values.isEmpty)
         }
 

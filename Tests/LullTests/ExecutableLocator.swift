@@ -7,9 +7,10 @@ import Glibc
 /// does not build them. `make test` builds them first (`make examples`), and the tests look
 /// for a program in, in order:
 /// - the directories of `LULL_EXECUTABLES_PATH` (colon-separated), when it is set;
+/// - `Examples/.build/debug` and `Tools/.build/debug` of this checkout;
 /// - the directory of the running test bundle (the root package's own test helpers, such as
-///   `lull-priority-probe`);
-/// - `Examples/.build/debug` and `Tools/.build/debug` of this checkout.
+///   `lull-priority-probe`), last, so that an example left there by an older build of the
+///   root package never shadows the examples package's.
 enum ExecutableLocator {
     struct Missing: Error, CustomStringConvertible {
         let description: String
@@ -21,9 +22,9 @@ enum ExecutableLocator {
         if let configured = getenv("LULL_EXECUTABLES_PATH") {
             directories += String(cString: configured).split(separator: ":").map(String.init)
         }
-        directories.append(testBundleDirectory)
         let root = checkoutRoot
         directories += ["\(root)/Examples/.build/debug", "\(root)/Tools/.build/debug"]
+        directories.append(testBundleDirectory)
         return directories
     }
 

@@ -59,7 +59,7 @@ extension IndependentSuite {
                 }
                 WorkQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(20)) { timersDone.increment() }
                 group.wait()
-                guard waitUntil({ timersDone.value == 5 }) else {
+                guard timersDone.await(until: { $0 == 5 }) else {
                     printToStandardError("idle test: the warm-up timers did not run")
                     exit(3)
                 }

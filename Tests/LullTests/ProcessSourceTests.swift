@@ -78,7 +78,7 @@ extension LullSuite {
             #expect(events.values.allSatisfy { $0.1 == .exit })
             #expect(SourceTestKit.reap(pid) == 7)
             for source in sources { source.cancel() }
-            #expect(waitFor(seconds: 10) { cancelled.value == 3 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 == 3 })
         }
 
         @Test(arguments: [ProcessIdentifierCase.beyondPidMax, .reapedChild, .negative])

@@ -137,7 +137,7 @@ extension LullSuite {
                     }
                 }
             }
-            #expect(waitUntil { done.value == perClass * schedulableClasses.count })
+            #expect(done.await { $0 == perClass * schedulableClasses.count })
             #expect(mismatches.values.isEmpty)
         }
 

@@ -165,7 +165,7 @@ extension LullSuite {
             #expect(keepsHolding(for: .milliseconds(300)) { calls.value == 0 })
             for round in 1...5 {
                 #expect(SourceTestKit.writeAll(writer, [UInt8](repeating: 9, count: 100)) == 100)
-                #expect(waitFor(seconds: 10) { calls.value == round })
+                #expect(calls.await(timeout: .seconds(10)) { $0 == round })
                 #expect(keepsHolding(for: .milliseconds(150)) { calls.value == round }, "round \(round): \(calls.value) calls")
             }
             source.cancel()

@@ -27,7 +27,7 @@ extension LullSuite {
                     next.increment()
                 }
             }
-            #expect(waitUntil { next.value == count })
+            #expect(next.await { $0 == count })
             #expect(outOfOrder.value == 0)
         }
 
@@ -101,7 +101,7 @@ extension LullSuite {
             #expect(firstStarted.await())
             #expect(keepsHolding { ran.value == 0 })
             gate.open()
-            #expect(waitUntil { ran.value == 10 })
+            #expect(ran.await { $0 == 10 })
         }
 
         @Test func manyQueuesEachKeepTheirOwnOrder() {
@@ -138,7 +138,7 @@ extension LullSuite {
                     queue.async { ran.increment() }
                 }
             }
-            #expect(waitUntil { ran.value == 100 })
+            #expect(ran.await { $0 == 100 })
         }
     }
 }

@@ -64,7 +64,7 @@ extension LullSuite {
             source.setEventHandler { events.increment() }
             source.setCancelHandler { cancelled.increment() }
             source.activate()
-            #expect(waitFor(seconds: 10) { cancelled.value == 1 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 == 1 })
             #expect(source.isCancelled)
             let description = source.registrationError.map { "\($0)" } ?? ""
             #expect(source.registrationError != nil)

@@ -54,7 +54,7 @@ extension LullSuite {
                 cancelled.set()
             }
             source.resume()
-            #expect(waitFor(seconds: 10) { registered.value == 1 })
+            #expect(registered.await(timeout: .seconds(10)) { $0 == 1 })
             #expect(SourceTestKit.writeAll(writeEnd, Array("abc".utf8)) == 3)
             #expect(waitFor(seconds: 10) { seen.count == 1 })
             #expect(seen.values == [3])
@@ -156,7 +156,7 @@ extension LullSuite {
             source.cancel()
             source.activate()
             source.add(data: 1)
-            #expect(waitFor(seconds: 10) { cancelled.value == 1 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 == 1 })
             #expect(keepsHolding(for: .milliseconds(200)) { registered.value == 0 && events.value == 0 && cancelled.value == 1 })
             #expect(source.isCancelled)
         }
@@ -179,7 +179,7 @@ extension LullSuite {
             source.activate()
             // A first delivery before the burst: the burst then needs at least one more.
             source.add(data: 1)
-            #expect(waitFor(seconds: 10) { calls.value == 1 })
+            #expect(calls.await(timeout: .seconds(10)) { $0 == 1 })
             let perThread = 20_000
             SourceTestKit.runThreads(4) { _ in
                 for index in 0..<perThread {
@@ -218,7 +218,7 @@ extension LullSuite {
                 #expect(SourceTestKit.writeAll(writeEnd, [UInt8](repeating: 7, count: 20)) == 20)
                 usleep(200)
             }
-            #expect(waitFor(seconds: 10) { received.value == 1_000 })
+            #expect(received.await(timeout: .seconds(10)) { $0 == 1_000 })
             #expect(overlap.maximum == 1, "the event handler ran \(overlap.maximum) times at once")
             source.cancel()
             #expect(cancelled.await(timeout: .seconds(10)))
@@ -239,7 +239,7 @@ extension LullSuite {
             }
             source.activate()
             source.add(data: 1)
-            #expect(waitFor(seconds: 10) { started.value == 1 })
+            #expect(started.await(timeout: .seconds(10)) { $0 == 1 })
             source.add(data: 2)
             source.add(data: 3)
             source.add(data: 4)
@@ -400,7 +400,7 @@ extension LullSuite {
                 for _ in 0..<100 { source.cancel() }
             }
             source.cancel()
-            #expect(waitFor(seconds: 10) { cancelled.value >= 1 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 >= 1 })
             #expect(keepsHolding(for: .milliseconds(200)) { cancelled.value == 1 })
             #expect(source.isCancelled)
         }
@@ -491,7 +491,7 @@ extension LullSuite {
             source.cancel()
             #expect(keepsHolding(for: .milliseconds(300)) { cancelled.value == 0 })
             source.resume()
-            #expect(waitFor(seconds: 10) { cancelled.value == 1 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 == 1 })
             #expect(keepsHolding(for: .milliseconds(100)) { cancelled.value == 1 })
             #expect(events.value == 0, "an event merged before cancel was delivered after it")
         }
@@ -514,7 +514,7 @@ extension LullSuite {
                 }
                 source.activate()
                 source.add(data: 1)
-                #expect(waitFor(seconds: 10) { events.value == 1 })
+                #expect(events.await(timeout: .seconds(10)) { $0 == 1 })
                 weakSource = source
                 source.cancel()
             }
@@ -581,10 +581,10 @@ extension LullSuite {
                 source.setCancelHandler { cancelled.increment() }
                 source.activate()
                 source.add(data: 1)
-                #expect(waitFor(seconds: 10) { events.value == 1 })
+                #expect(events.await(timeout: .seconds(10)) { $0 == 1 })
                 weakSource = source
             }
-            #expect(waitFor(seconds: 10) { cancelled.value == 1 })
+            #expect(cancelled.await(timeout: .seconds(10)) { $0 == 1 })
             #expect(waitFor(seconds: 10) { weakSource == nil })
             #expect(keepsHolding(for: .milliseconds(100)) { cancelled.value == 1 && events.value == 1 })
         }

@@ -233,7 +233,7 @@ extension LullSuite {
             #expect(description.contains("descriptor \(first)") && description.contains("reused"),
                     "registrationError: \(description)")
             signal(second)
-            #expect(waitUntil { eventsB.value >= 1 }, "the source of the reopened \(tag) never fired")
+            #expect(eventsB.await { $0 >= 1 }, "the source of the reopened \(tag) never fired")
             #expect(sourceB.registrationError == nil && !sourceB.isCancelled)
             #expect(eventsA.value == 0, "the old source saw the new open file's data")
             sourceB.cancel()

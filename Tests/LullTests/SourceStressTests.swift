@@ -159,7 +159,7 @@ extension LullSuite {
             }
             #expect(allVerified, "\(connections.filter { !$0.verified.isSet }.count) connections did not get all their bytes back")
             // Every side closes its descriptor in a cancel handler once done.
-            let allClosed = waitFor(seconds: 30) { closedDescriptors.value == 2 * connectionCount }
+            let allClosed = closedDescriptors.await(timeout: .seconds(30)) { $0 == 2 * connectionCount }
             #expect(allClosed, "\(closedDescriptors.value) of \(2 * connectionCount) descriptors closed")
             let mismatches = connections.reduce(0) { $0 + $1.mismatches.load(ordering: .relaxed) }
             #expect(mismatches == 0, "\(mismatches) bytes came back wrong")
@@ -168,7 +168,7 @@ extension LullSuite {
             #expect(connections.allSatisfy { $0.received.locked { $0 } == size })
             if !allClosed {
                 for connection in connections { connection.cancelAll() }
-                _ = waitFor(seconds: 10) { closedDescriptors.value == 2 * connectionCount }
+                _ = closedDescriptors.await(timeout: .seconds(10)) { $0 == 2 * connectionCount }
             }
         }
 

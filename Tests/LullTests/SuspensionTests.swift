@@ -17,7 +17,7 @@ extension LullSuite {
             }
             #expect(keepsHolding { ran.value == 0 })
             queue.resume()
-            #expect(waitUntil { ran.value == 20 })
+            #expect(ran.await { $0 == 20 })
         }
 
         @Test(arguments: [WorkQueue.Attributes(), .concurrent])
@@ -33,7 +33,7 @@ extension LullSuite {
             queue.resume()
             #expect(keepsHolding { ran.value == 0 })
             queue.resume()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
         }
 
         @Test func suspensionTakesEffectAfterTheRunningBlock() {
@@ -81,7 +81,7 @@ extension LullSuite {
             #expect(finished.await())
             #expect(keepsHolding { later.value == 0 })
             queue.resume()
-            #expect(waitUntil { later.value == 10 })
+            #expect(later.await { $0 == 10 })
         }
 
         @Test func blockCanSuspendItsOwnQueue() {
@@ -160,10 +160,10 @@ extension LullSuite {
             queue.async { ran.increment() }
             #expect(keepsHolding { ran.value == 0 })
             queue.resume()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
             // The queue is now an ordinary active queue.
             queue.async { ran.increment() }
-            #expect(waitUntil { ran.value == 2 })
+            #expect(ran.await { $0 == 2 })
         }
 
         @Test func activateTwiceIsHarmless() {
@@ -172,9 +172,9 @@ extension LullSuite {
             queue.async { ran.increment() }
             queue.activate()
             queue.activate()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
             queue.async { ran.increment() }
-            #expect(waitUntil { ran.value == 2 })
+            #expect(ran.await { $0 == 2 })
         }
 
         @Test func activateOnAnActiveQueueDoesNothing() {
@@ -187,7 +187,7 @@ extension LullSuite {
             queue.activate()
             #expect(keepsHolding { ran.value == 0 })
             queue.resume()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
         }
 
         @Test func suspendedInactiveQueueNeedsActivateAndResume() {
@@ -198,7 +198,7 @@ extension LullSuite {
             queue.activate()
             #expect(keepsHolding { ran.value == 0 })
             queue.resume()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
         }
 
         @Test func inactiveTargetHoldsBackItsChildren() {
@@ -208,7 +208,7 @@ extension LullSuite {
             child.async { ran.increment() }
             #expect(keepsHolding { ran.value == 0 })
             target.activate()
-            #expect(waitUntil { ran.value == 1 })
+            #expect(ran.await { $0 == 1 })
         }
     }
 }

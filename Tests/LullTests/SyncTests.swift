@@ -166,7 +166,7 @@ extension LullSuite {
                     overlap.exit()
                 }
             }
-            #expect(waitUntil { done.value == 2_000 })
+            #expect(done.await { $0 == 2_000 })
             #expect(overlap.maximum == 1)
         }
 
@@ -221,7 +221,7 @@ extension LullSuite {
                     finished.increment()
                 }
             }
-            #expect(waitUntil { finished.value == callers })
+            #expect(finished.await { $0 == callers })
             #expect(overlap.maximum == 1)
             #expect(total.locked { $0 } == callers * perCaller)
         }

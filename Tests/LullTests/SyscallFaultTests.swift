@@ -110,7 +110,7 @@ extension LullSuite {
         // MARK: event_add (libevent's epoll_ctl)
 
         @Test func aRefusedEventAddCancelsReadAndWriteSourcesWithTheErrnoAndLeaksNothing() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let before = FileSystemTestKit.openDescriptorCount()
                 let made = try? SourceTestKit.makePipe()
@@ -143,10 +143,11 @@ extension LullSuite {
                 childRequire(FileSystemTestKit.openDescriptorCount() == before,
                              "descriptors: \(before) before, \(FileSystemTestKit.openDescriptorCount()) after")
             }
+            printChildFailure(result)
         }
 
         @Test func aRefusedEventAddCancelsSignalProcessAndFileSystemSourcesAndClosesTheirDescriptors() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let (directory, watched) = temporaryDirectoryOpenInChild()
                 defer { directory.remove() }
@@ -177,12 +178,13 @@ extension LullSuite {
                 }, "a signal source after the refused one did not fire")
                 close(watched)
             }
+            printChildFailure(result)
         }
 
         // MARK: eventfd
 
         @Test func aFailedEventfdCancelsTheSignalSourceWithTheErrno() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let before = FileSystemTestKit.openDescriptorCount()
                 let signal = ignoredSignal(SIGUSR2)
@@ -199,6 +201,7 @@ extension LullSuite {
                     LullSuite.SignalSourceTests.raiseUnblocked(signal)
                 }, "a signal source after the failed one did not fire")
             }
+            printChildFailure(result)
         }
 
         @Test(arguments: [EINTR, EAGAIN])
@@ -216,12 +219,12 @@ extension LullSuite {
             #expect(registered.await())
             withSyscallFault(.eventfdRead, errno: code) {
                 LullSuite.SignalSourceTests.raiseUnblocked(signal)
-                #expect(waitUntil { deliveries.value == 1 }, "the signal was lost")
+                #expect(deliveries.await { $0 == 1 }, "the signal was lost")
                 #expect(SyscallFault.hits(.eventfdRead) == 1)
             }
             // And the next one is not lost either.
             LullSuite.SignalSourceTests.raiseUnblocked(signal)
-            #expect(waitUntil { deliveries.value == 2 }, "the second signal was lost")
+            #expect(deliveries.await { $0 == 2 }, "the second signal was lost")
             source.cancel()
             #expect(cancelled.await())
         }
@@ -244,7 +247,7 @@ extension LullSuite {
         // MARK: inotify
 
         @Test func aFailedInotifyInitCancelsTheFileSystemSourceWithTheErrno() async {
-            await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 warmUpRuntime()
                 let (directory, watched) = temporaryDirectoryOpenInChild()
                 defer { directory.remove() }
@@ -271,6 +274,7 @@ extension LullSuite {
                 childRequire(FileSystemTestKit.openDescriptorCount() == before, "a descriptor leaked (path)")
                 close(watched)
             }
+            printChildFailure(result)
         }
 
         @Test func aFailedInotifyAddWatchCancelsOrThrowsWithTheErrno() throws {
@@ -353,7 +357,7 @@ extension LullSuite {
                 for milliseconds in [5, 20, 40] {
                     queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { fired.increment() }
                 }
-                childRequire(waitUntil { fired.value == 3 }, "\(fired.value) of 3 delayed blocks ran")
+                childRequire(fired.await { $0 == 3 }, "\(fired.value) of 3 delayed blocks ran")
                 childRequire(SyscallFault.hits(.timerfdSettime) >= 1, "timerfd_settime was not reached")
             }
             let message = standardErrorText(result)
@@ -376,7 +380,7 @@ extension LullSuite {
                 for milliseconds in [5, 20, 40] {
                     queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { fired.increment() }
                 }
-                childRequire(waitUntil { fired.value == 3 }, "\(fired.value) of 3 delayed blocks ran")
+                childRequire(fired.await { $0 == 3 }, "\(fired.value) of 3 delayed blocks ran")
                 childRequire(SyscallFault.hits(.eventAdd) >= min(Int(failures), 2), "\(SyscallFault.hits(.eventAdd)) of \(failures) failures injected")
                 childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
             }
@@ -416,7 +420,7 @@ extension LullSuite {
                         ran.increment()
                     }
                 }
-                childRequire(waitUntil { ran.value == 50 }, "\(ran.value) of 50 blocks ran")
+                childRequire(ran.await { $0 == 50 }, "\(ran.value) of 50 blocks ran")
             }
             let message = standardErrorText(result)
             #expect(!message.contains("requirement failed"), "stderr: \(message)")

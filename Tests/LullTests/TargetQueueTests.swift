@@ -32,7 +32,7 @@ extension LullSuite {
                     done.increment()
                 }
             }
-            #expect(waitUntil { done.value == perChild * (children.count + 1) })
+            #expect(done.await { $0 == perChild * (children.count + 1) })
             #expect(overlap.maximum == 1)
         }
 
@@ -69,7 +69,7 @@ extension LullSuite {
                     }
                 }
             }
-            #expect(waitUntil { done.value == count * 3 })
+            #expect(done.await { $0 == count * 3 })
             #expect(overlap.maximum == 1)
         }
 
@@ -83,7 +83,7 @@ extension LullSuite {
             }
             #expect(keepsHolding { ran.value == 0 })
             target.resume()
-            #expect(waitUntil { ran.value == 10 })
+            #expect(ran.await { $0 == 10 })
         }
 
         @Test func busyTargetDelaysChildBlocksUntilItsBlockEnds() {
@@ -174,7 +174,7 @@ extension LullSuite {
                     overlap.exit()
                 }
             }
-            #expect(waitUntil { done.value == count })
+            #expect(done.await { $0 == count })
             #expect(overlap.maximum == 1)
         }
     }

@@ -111,17 +111,27 @@ let onlineCPUs: Int = sysconf(Int32(_SC_NPROCESSORS_ONLN))
 
 final class Counter: Sendable {
     private let storage = Atomic<Int>(0)
+    private let notifier = ChangeNotifier()
 
     var value: Int { storage.load(ordering: .acquiring) }
 
     @discardableResult
     func increment() -> Int {
-        storage.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+        defer { notifier.notifyAll() }
+        return storage.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
     }
 
     @discardableResult
     func decrement() -> Int {
-        storage.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+        defer { notifier.notifyAll() }
+        return storage.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+    }
+
+    /// Waits until `holds(value)`, woken by every change (no polling); false if it did not
+    /// hold within `timeout`.
+    @discardableResult
+    func await(timeout: Duration = generousTimeout, until holds: (Int) -> Bool) -> Bool {
+        notifier.wait(timeout: timeout) { holds(value) }
     }
 }
 
@@ -148,7 +158,13 @@ final class Flag: Sendable {
 /// mutex and a condition variable on CLOCK_MONOTONIC: a waiter looks under the mutex and
 /// sleeps in the same critical section, and `notifyAll` takes the mutex, so a change made
 /// before `notifyAll` is never missed.
+///
+/// With nobody waiting, `notifyAll` costs one atomic load: a waiter counts itself in
+/// `waiting` before its first look, and the changer reads `waiting` after its change, each
+/// behind a sequentially consistent fence, so either the changer sees the waiter (and takes
+/// the mutex) or the waiter's look sees the change.
 final class ChangeNotifier: Sendable {
+    private let waiting = Atomic<Int>(0)
     // Allocated and initialised in init, destroyed in deinit once no thread can use them;
     // every other access is a pthread call, which synchronises itself.
     private nonisolated(unsafe) let mutex: UnsafeMutablePointer<pthread_mutex_t>
@@ -173,6 +189,8 @@ final class ChangeNotifier: Sendable {
     }
 
     func notifyAll() {
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        guard waiting.load(ordering: .sequentiallyConsistent) > 0 else { return }
         pthread_mutex_lock(mutex)
         pthread_cond_broadcast(condition)
         pthread_mutex_unlock(mutex)
@@ -184,8 +202,13 @@ final class ChangeNotifier: Sendable {
         let (seconds, attoseconds) = timeout.components
         let end = monotonicNanoseconds() &+ UInt64(max(0, seconds)) * 1_000_000_000
             &+ UInt64(max(0, attoseconds / 1_000_000_000))
+        waiting.add(1, ordering: .sequentiallyConsistent)
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
         pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        defer {
+            pthread_mutex_unlock(mutex)
+            waiting.subtract(1, ordering: .sequentiallyConsistent)
+        }
         while !holds() {
             guard monotonicNanoseconds() < end else { return holds() }
             var until = timespec(tv_sec: Int(end / 1_000_000_000), tv_nsec: Int(end % 1_000_000_000))
@@ -272,6 +295,14 @@ struct TestError: Error, Equatable {
 func standardErrorText(_ result: ExitTest.Result?) -> String {
     guard let result else { return "" }
     return String(decoding: result.standardErrorContent, as: UTF8.self)
+}
+
+/// Prints what a child wrote to standard error when it did not exit with status 0, so that
+/// a failed exit test says which requirement failed (`childRequire` writes it there).
+func printChildFailure(_ result: ExitTest.Result?) {
+    guard let result else { return }
+    if case .exitCode(0) = result.exitStatus { return }
+    print("child exited with \(result.exitStatus); its standard error:\n\(standardErrorText(result))")
 }
 
 /// Writes a line to standard error (file descriptor 2), where exit tests can observe it.

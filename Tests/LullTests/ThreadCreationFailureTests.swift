@@ -36,7 +36,7 @@ extension LullSuite {
             }
             #expect(left.await(), "the block queued while thread creation failed never ran")
             if !left.isSet { group.leave() }
-            #expect(waitUntil { waited.value == waiters })
+            #expect(waited.await { $0 == waiters })
         }
     }
 }

@@ -330,7 +330,7 @@ extension IndependentSuite {
                 }
                 timer.schedule(deadline: .now() + .milliseconds(300), leeway: .milliseconds(200))
                 timer.activate()
-                childRequire(waitUntil { done.value == 8 }, "the handler's blocks did not run")
+                childRequire(done.await { $0 == 8 }, "the handler's blocks did not run")
                 timer.cancel()
                 childRequire(seen.values.allSatisfy { $0 == defaultSlack }, "slack seen by work \(seen.values), default \(defaultSlack)")
             }

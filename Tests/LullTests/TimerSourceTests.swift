@@ -828,7 +828,7 @@ extension LullSuite {
             timer.setCancelHandler { cancelRan.set() }
             timer.schedule(deadline: .now(), repeating: .milliseconds(2))
             timer.activate()
-            #expect(waitUntil { fires.value >= 5 })
+            #expect(fires.await { $0 >= 5 })
             timer.cancel()
             #expect(cancelRan.await())
             #expect(timer.isCancelled)
@@ -862,7 +862,7 @@ extension LullSuite {
                 timer.setCancelHandler { cancelled.set() }
                 timer.schedule(deadline: .now(), repeating: .milliseconds(5))
                 timer.activate()
-                #expect(waitUntil { fires.value >= 3 })
+                #expect(fires.await { $0 >= 3 })
             }
             #expect(cancelled.await())
             #expect(waitUntil { Runtime.shared.timers.count == baseline })

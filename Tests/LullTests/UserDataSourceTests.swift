@@ -188,7 +188,7 @@ extension LullSuite {
             or.setEventHandler { seen.append("or \(or.data)") }
             add.activate()
             or.activate()
-            #expect(waitFor(seconds: 10) { registered.value == 2 })
+            #expect(registered.await(timeout: .seconds(10)) { $0 == 2 })
             add.suspend()
             or.suspend()
             add.add(data: 5)

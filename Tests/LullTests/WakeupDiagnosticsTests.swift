@@ -149,7 +149,7 @@ extension LullSuite {
             timer.schedule(deadline: .now(), repeating: .milliseconds(2))
             timer.setEventHandler { if fired.increment() == 40 { timer.cancel() } }
             timer.activate()
-            #expect(waitUntil { fired.value >= 40 })
+            #expect(fired.await { $0 >= 40 })
             let report = try #require(RuntimeDiagnostics.stop())
             #expect(report.lostRecords > 0)
             // The ring keeps 16 records (fires and wake-ups): at most 16 windows are left.

@@ -99,7 +99,7 @@ extension LullSuite {
             }
             #expect(keepsHolding(for: .milliseconds(50)) { woken.value == 0 })
             group.leave()
-            #expect(waitUntil { woken.value == 8 })
+            #expect(woken.await { $0 == 8 })
         }
 
         @Test func notifyRunsOnceAllWorkIsDone() {

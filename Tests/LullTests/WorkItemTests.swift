@@ -76,7 +76,7 @@ extension LullSuite {
             WorkQueue.global().async(execute: item)
             #expect(keepsHolding(for: .milliseconds(50)) { woken.value == 0 })
             gate.open()
-            #expect(waitUntil { woken.value == 8 })
+            #expect(woken.await { $0 == 8 })
         }
 
         // MARK: notify

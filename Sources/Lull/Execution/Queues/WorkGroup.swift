@@ -53,16 +53,6 @@ public final class WorkGroup: Sendable {
         })
     }
 
-    /// Registers a suspended task to resume when the group is empty; false (nothing
-    /// registered) when it is empty now.
-    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        state.locked { state -> Bool in
-            if state.count == 0 { return false }
-            state.waiters.add(task: continuation)
-            return true
-        }
-    }
-
     /// Submits `execute` to `queue` once the group is empty (at once if it is empty now).
     public func notify(qos: QoS = .unspecified, flags: WorkItemFlags = [], queue: WorkQueue,
                        execute: @escaping @Sendable () -> Void) {
@@ -73,5 +63,15 @@ public final class WorkGroup: Sendable {
             return false
         }
         if empty { queue.enqueue(job) }
+    }
+
+    /// Registers a suspended task to resume when the group is empty; false (nothing
+    /// registered) when it is empty now.
+    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        state.locked { state -> Bool in
+            if state.count == 0 { return false }
+            state.waiters.add(task: continuation)
+            return true
+        }
     }
 }

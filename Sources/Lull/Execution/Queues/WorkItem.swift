@@ -129,16 +129,6 @@ public final class WorkItem: Sendable {
         return result
     }
 
-    /// Registers a suspended task to resume when the item completes; false (nothing
-    /// registered) when it has completed already.
-    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        completion.locked { state -> Bool in
-            if state.isDone { return false }
-            state.waiters.add(task: continuation)
-            return true
-        }
-    }
-
     /// Submits `execute` to `queue` once the item has completed.
     public func notify(qos: QoS = .unspecified, flags: WorkItemFlags = [], queue: WorkQueue,
                        execute: @escaping @Sendable () -> Void) {
@@ -168,5 +158,15 @@ public final class WorkItem: Sendable {
     /// Whether `cancel()` was called.
     public var isCancelled: Bool {
         cancelled.load(ordering: .acquiring)
+    }
+
+    /// Registers a suspended task to resume when the item completes; false (nothing
+    /// registered) when it has completed already.
+    func addWaiting(task continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        completion.locked { state -> Bool in
+            if state.isDone { return false }
+            state.waiters.add(task: continuation)
+            return true
+        }
     }
 }
