@@ -5,8 +5,9 @@ import Glibc
 #endif
 
 /// Runs the main queue's drains: on the thread inside `WorkQueue.runMain()`, or, once
-/// ``hostOnDispatchMainQueue()`` succeeded (`GlobalExecutor.install()` from an async main),
-/// as callouts of Dispatch's main queue, which the async main's run loop drains.
+/// ``hostOnDispatchMainQueue()`` succeeded (`GlobalExecutor.install()` from an async main
+/// after its first suspension), as callouts of Dispatch's main queue, which the async
+/// main's run loop drains.
 ///
 /// State model (under `state`): `jobs` waits for a drainer. Unhosted, the drainer is the
 /// `runMain()` thread, woken by `parker`. Hosted, `calloutPending` is true exactly while one
@@ -70,8 +71,8 @@ final class MainThreadRunner: Sendable {
     }
 
     /// Whether `thread`, which holds no queue, runs a callout of Dispatch's main queue while
-    /// that queue hosts the main queue: such code (an async main's first slice, a MainActor
-    /// job enqueued before the install) is serialized with the main queue's drains.
+    /// that queue hosts the main queue: such code (the async main's own continuations, a
+    /// MainActor job enqueued before the install) is serialized with the main queue's drains.
     func hostRuns(_ thread: ThreadState) -> Bool {
         thread.heldQueues.isEmpty && hostedNow.load(ordering: .acquiring) && lull_dispatch_main_queue_is_current() != 0
     }
