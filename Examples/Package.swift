@@ -25,6 +25,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "CEchoShims", path: "CEchoShims"),
+        // What the examples without an argument parser share: their --help and usage errors.
+        .target(name: "ExampleSupport", path: "ExampleSupport"),
         .target(
             name: "EchoServerKit",
             dependencies: ["CEchoShims", .product(name: "Lull", package: "Lull")],
@@ -52,6 +54,7 @@ let package = Package(
         .executableTarget(
             name: "activities",
             dependencies: [
+                "ExampleSupport",
                 .product(name: "Lull", package: "Lull"),
                 .product(name: "ServiceContextModule", package: "swift-service-context"),
             ],
@@ -61,12 +64,12 @@ let package = Package(
         ),
         .executableTarget(
             name: "qos-demo",
-            dependencies: [.product(name: "Lull", package: "Lull")],
+            dependencies: ["ExampleSupport", .product(name: "Lull", package: "Lull")],
             path: "qos-demo"
         ),
         .executableTarget(
             name: "timer-coalescing",
-            dependencies: [.product(name: "Lull", package: "Lull")],
+            dependencies: ["ExampleSupport", .product(name: "Lull", package: "Lull")],
             path: "timer-coalescing",
             exclude: ["README.md"]
         ),

@@ -10,6 +10,7 @@
 //   - source handlers and asyncAfter blocks are detached by default, and get their QoS from
 //     their queue — unless their work item was made with `.assignCurrentContext`.
 
+import ExampleSupport
 import Lull
 import Synchronization
 #if ServiceContext

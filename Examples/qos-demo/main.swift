@@ -4,6 +4,7 @@
 // class. With more runnable threads than cores, the kernel shares the CPU by the nice
 // values Lull gives each class, so the higher classes finish first. Then a serial queue, a
 // group and a delayed block show the rest of the foundation at work.
+import ExampleSupport
 import Lull
 import Synchronization
 

@@ -14,6 +14,7 @@
 //
 // At the end a run prints what it did ("fired heartbeat=40 ..."): the tests compare the
 // timerfires report with it.
+import ExampleSupport
 import Lull
 import Synchronization
 

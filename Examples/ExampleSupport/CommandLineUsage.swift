@@ -2,11 +2,11 @@
 import Glibc
 #endif
 
-/// The example's command line, checked before it does anything: `--help` (or `-h`) prints
-/// `usage` and exits 0; an argument it does not take, or an option without its value,
-/// prints the problem and `usage` to standard error and exits 2. `valueOptions` are the
-/// options that take a value (the next argument).
-func checkCommandLine(usage: String, valueOptions: Set<String> = []) {
+/// The command line of an example without an argument parser, checked before it does
+/// anything: `--help` (or `-h`) prints `usage` and exits 0; an argument it does not take, or
+/// an option without its value, prints the problem and `usage` to standard error and exits
+/// 2. `valueOptions` are the options that take a value (the next argument).
+public func checkCommandLine(usage: String, valueOptions: Set<String> = []) {
     var arguments = CommandLine.arguments.dropFirst()
     while let argument = arguments.popFirst() {
         if argument == "--help" || argument == "-h" {
