@@ -6,8 +6,8 @@ import Glibc
 /// distance from now is shown too (`debugDescription`, which reads the clock).
 ///
 ///     Deadline: "uptime 12.345678901 s"    debug: "Deadline(uptime 12.345678901 s, in 1.500000000 s)"
-///     WallDeadline: "2026-11-26T06:45:12.123456789Z"
-///                                          debug: "WallDeadline(2026-11-26T06:45:12.123456789Z, 0.250000000 s ago)"
+///     WallDeadline: "2001-09-09T01:46:40.123456789Z"
+///                                          debug: "WallDeadline(2001-09-09T01:46:40.123456789Z, 0.250000000 s ago)"
 ///
 /// `distantFuture` prints as `distantFuture`.
 extension Deadline: CustomStringConvertible, CustomDebugStringConvertible {
@@ -25,7 +25,7 @@ extension Deadline: CustomStringConvertible, CustomDebugStringConvertible {
 }
 
 extension WallDeadline: CustomStringConvertible, CustomDebugStringConvertible {
-    /// The instant in UTC, ISO 8601 with nanoseconds: `2026-11-26T06:45:12.123456789Z`.
+    /// The instant in UTC, ISO 8601 with nanoseconds: `2001-09-09T01:46:40.123456789Z`.
     public var description: String {
         if self == .distantFuture { return "distantFuture" }
         return TimeText.utc(nanosecondsSinceEpoch)
