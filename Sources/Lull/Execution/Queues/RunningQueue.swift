@@ -1,5 +1,6 @@
-/// Which queues a thread is on: the one question behind `workPrecondition(.onQueue)`,
-/// `WorkQueue.getSpecific(key:)` and a serial executor's isolation check.
+/// Which queues a thread is on: the question behind `workPrecondition(.onQueue)` and
+/// `WorkQueue.getSpecific(key:)`. A serial executor's isolation check asks a narrower one
+/// over the same records (`ThreadState.holdsExclusively`: held exclusively, not merely run).
 ///
 /// A thread is on queue Q while it runs a block of Q or of a queue that targets Q, directly
 /// or through other queues (a serial queue's blocks are on every queue of its hierarchy, as
