@@ -387,8 +387,8 @@ class SourceCore: PostedWork, @unchecked Sendable {
             changed()
             return
         }
-        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
-        guard !scheduled.load(ordering: .acquiring), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
+        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)  // see `post`
+        guard !scheduled.load(ordering: .sequentiallyConsistent), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
             // A job of the source is posted or running, and decides again when it is done:
             // unregistered first, the cancel handler comes after the source left the reactor.
             _ = withState { cancelRegistration(kind, &$0) }
@@ -422,6 +422,11 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    /// The token's state at one instant, for failure messages: who holds `scheduled`, what
+    /// is pending, what step is posted.
+    var tokenDescription: String {
+        "scheduled \(scheduled.load(ordering: .acquiring)), pending \(pending.load(ordering: .acquiring)), posted step \(postedStep.load(ordering: .acquiring))"
+    }
     var data: UInt { delivered.load(ordering: .acquiring) }
     var registrationError: (any Error)? { state.locked(ranked: .sourceCore) { _ in extras?.registrationError } }
 
@@ -475,8 +480,9 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// Something happened: post the next job unless one is posted or running (that one
     /// decides again when it is done).
     func changed() {
-        changes.wrappingAdd(1, ordering: .acquiringAndReleasing)
-        if scheduled.load(ordering: .acquiring) { return }
+        // Sequentially consistent, as the token's give-back: see `post`.
+        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if scheduled.load(ordering: .sequentiallyConsistent) { return }
         scheduleNext()
     }
 
@@ -491,6 +497,16 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// By the holder of `scheduled`, after deciding as of the change count `seen`: posts the
     /// job decided, or gives the token back. False when something changed since `seen` and
     /// nothing was posted: the caller decides again.
+    ///
+    /// Giving the token back is one side of a store-then-load pair whose other side is a
+    /// change (`changed`: count the change, then look at the token): the holder stores
+    /// `false` and then reads the count; the changer bumps the count and then reads the
+    /// token. With release and acquire alone both reads may miss the other side's write (a
+    /// store may wait in its CPU's store buffer while the load after it runs, on x86 too),
+    /// and the change is lost: pending data, no token holder, no job ever posted. Both
+    /// pairs are sequentially consistent, so one of the two sees the other: the changer
+    /// finds the token free and decides, or the holder finds the count moved and decides
+    /// again.
     private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
         if let (step, qos) = decided {
             assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a job posted while another is")
@@ -508,9 +524,9 @@ class SourceCore: PostedWork, @unchecked Sendable {
             }
             return true
         }
-        scheduled.store(false, ordering: .releasing)
+        scheduled.store(false, ordering: .sequentiallyConsistent)
         // Nothing to do as of `seen`; if anything changed since, decide again.
-        return changes.load(ordering: .acquiring) == seen
+        return changes.load(ordering: .sequentiallyConsistent) == seen
     }
 
     /// What runs next, if anything (under the lock). Nothing runs before activation or
@@ -637,10 +653,11 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 if !isCancelled { kind.handlerReturned(self) }
             }
         }
-        scheduled.store(false, ordering: .releasing)
+        // The token's give-back, sequentially consistent for the reason `post` gives.
+        scheduled.store(false, ordering: .sequentiallyConsistent)
         // What changed while this thread held the token is decided now (a cancel that found
         // the token taken left the decision to its holder).
-        if changes.load(ordering: .acquiring) != seen { scheduleNext() }
+        if changes.load(ordering: .sequentiallyConsistent) != seen { scheduleNext() }
         return value
     }
 

@@ -370,20 +370,27 @@ final class InotifyHub: Sendable {
 
     /// The inotify descriptor is readable (or a test asks): drain it, on this thread unless
     /// another one is at it already (then that one drains again).
+    ///
+    /// The request and the token form a store-then-load pair on each side: the requester
+    /// stores `drainRequested` and then tries the token; the drainer gives the token back
+    /// and then reads `drainRequested`. Both are sequentially consistent, so that either
+    /// the requester takes the token or the drainer sees the request (with release and
+    /// acquire alone, both could miss the other's store, and a request would wait for the
+    /// next readiness).
     func requestDrain() {
-        drainRequested.store(true, ordering: .releasing)
+        drainRequested.store(true, ordering: .sequentiallyConsistent)
         if drainHeld.load(ordering: .acquiring) { return }
-        while !draining.exchange(true, ordering: .acquiringAndReleasing) {
+        while !draining.exchange(true, ordering: .sequentiallyConsistent) {
             drainRequested.store(false, ordering: .releasing)
             let complete = drainPass()
-            draining.store(false, ordering: .releasing)
+            draining.store(false, ordering: .sequentiallyConsistent)
             if !complete {
                 // A storm: let the reactor go on and continue from a job.
                 FileSystemDiagnostics.recordContinuation()
                 queues.roots.global(.default).async { [self] in requestDrain() }
                 return
             }
-            if !drainRequested.load(ordering: .acquiring) { return }
+            if !drainRequested.load(ordering: .sequentiallyConsistent) { return }
         }
     }
 
@@ -709,11 +716,11 @@ final class InotifyHub: Sendable {
         }
         guard let idle else { return }
         // Take the drain token, so that nobody reads the descriptor while it closes.
-        while draining.exchange(true, ordering: .acquiringAndReleasing) { sched_yield() }
+        while draining.exchange(true, ordering: .sequentiallyConsistent) { sched_yield() }
         idle.close()
-        draining.store(false, ordering: .releasing)
+        draining.store(false, ordering: .sequentiallyConsistent)  // see `requestDrain`
         withState { $0.closing -= 1 }
-        if drainRequested.load(ordering: .acquiring) { requestDrain() }
+        if drainRequested.load(ordering: .sequentiallyConsistent) { requestDrain() }
     }
 
     // MARK: Under `state`
