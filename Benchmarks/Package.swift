@@ -23,8 +23,15 @@ let package = Package(
                 .product(name: "EchoServerKit", package: "LullExamples"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                "CLibeventFloor",
             ],
             path: "LullBenchmarks"
+        ),
+        // Raw libevent on one thread: the floor of the read-source ping-pong.
+        .target(
+            name: "CLibeventFloor",
+            path: "CLibeventFloor",
+            linkerSettings: [.linkedLibrary("event_core")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -39,7 +39,8 @@ struct Fifo<Element> {
     }
 
     private mutating func grow() {
-        let newCapacity = Swift.max(4, storage.count * 2)
+        // From one slot: most queues hold one job at a time, and keep their buffer.
+        let newCapacity = Swift.max(1, storage.count * 2)
         var newStorage = ContiguousArray<Element?>(repeating: nil, count: newCapacity)
         for index in 0..<count {
             newStorage[index] = storage[(head + index) & (storage.count - 1)].take()

@@ -78,8 +78,12 @@ extension WorkQueue {
         let restMarks = marks.dropping(index)
         let request = state.locked { state -> (WorkQueue, Job)? in
             state.putBack(&batch, restMarks: restMarks)
-            if batch.isEmpty && batch.capacity >= QueueState.spareMinimumCapacity {
-                swap(&state.spare, &batch)
+            if batch.isEmpty {
+                if state.pending.capacity == 0 {
+                    swap(&state.pending, &batch)
+                } else if batch.capacity >= QueueState.spareMinimumCapacity {
+                    swap(&state.spare, &batch)
+                }
             }
             // Handing off keeps the queue owned: the `sync` caller releases it.
             if let handedOff {

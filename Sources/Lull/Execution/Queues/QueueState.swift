@@ -1,9 +1,13 @@
 /// The mutable state of a serial or concurrent queue, guarded by the queue's mutex.
 struct QueueState: Sendable {
+    /// The blocks waiting. A serial drain takes the whole buffer as its batch and gives it
+    /// back emptied when `pending` has none by then (the usual case), so a queue fed one
+    /// block at a time allocates once, not per block: it keeps a buffer of its own size
+    /// (one slot) from its first block on.
     var pending = Fifo<Job>()
-    /// An emptied batch buffer a busy serial queue keeps, so that its producer does not
-    /// grow a new buffer after every drain. Small buffers are not kept: idle queues (one per
-    /// source) stay small.
+    /// An emptied batch buffer a busy serial queue keeps besides `pending`'s, so that its
+    /// producer does not grow a new buffer after every drain. Small ones are not kept: a
+    /// queue keeps at most the one buffer its traffic needs.
     var spare = Fifo<Job>()
     static let spareMinimumCapacity = 64
     var target: WorkQueue?

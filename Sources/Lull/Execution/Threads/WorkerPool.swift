@@ -413,6 +413,9 @@ final class WorkerPool: Sendable {
         swap(&batch, &thread.inlineBatch)
         pool.state.locked { $0.running += 1 }
         runInline(&batch, thread: thread, pool: pool)
+        // The buffer goes back for the next poll: a wake-up's batch allocates nothing.
+        assert(batch.isEmpty, "Lull: a job of the inline batch was left behind")
+        if thread.inlineBatch.capacity == 0 { swap(&batch, &thread.inlineBatch) }
     }
 
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
