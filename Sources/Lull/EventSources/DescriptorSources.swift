@@ -124,13 +124,16 @@ final class DescriptorDriver: SourceKind {
         if forWriting {
             if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
         } else {
+            // One poll answers the common case, a handler that read everything: nothing is
+            // readable and no hang-up is pending, and no FIONREAD is needed.
+            let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
+            guard revents > 0 else { return }
             let readable = lull_bytes_readable(descriptor)
             if readable > 0 {
                 core.merge(1)
             } else if readable < 0 {
-                if lull_poll_now(descriptor, Int16(POLLIN)) & Int32(POLLIN) != 0 { core.merge(1) }
-            } else if !endOfFileDelivered.load(ordering: .acquiring),
-                      lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp) > 0 {
+                if revents & Int32(POLLIN) != 0 { core.merge(1) }
+            } else if !endOfFileDelivered.load(ordering: .acquiring) {
                 // The hang-up came with the data just read (one edge for both): deliver it.
                 core.merge(1)
             }
