@@ -10,10 +10,11 @@ import Glibc
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
         + TimerSourceBenchmarks.all + TaskSleepBenchmark.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all
-        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all
+        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all + EchoPeersBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
+        .merging(EchoPeersBenchmark.groups) { first, _ in first }
 
     static func benchmark(named name: String) -> Benchmark? {
         all.first { $0.name == name }
@@ -145,10 +146,11 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
 /// `runs` Lull children, each measuring the peer too (see `Benchmark.peerInSameProcess`).
 func measureInOneProcess(_ benchmark: Benchmark, parameters: Parameters, runs: Int, options: Options) -> BenchmarkResult {
     let started = Clock.now()
+    let budget = benchmark.budgetSeconds ?? options.budgetSeconds
     var lull = Series()
     for index in 0..<runs {
-        if index > 0 && Clock.seconds(from: started, to: Clock.now()) > options.budgetSeconds {
-            lull.notes.append("stopped after \(index) of \(runs) processes (time budget of \(Format.seconds(options.budgetSeconds)))")
+        if index > 0 && Clock.seconds(from: started, to: Clock.now()) > budget {
+            lull.notes.append("stopped after \(index) of \(runs) processes (time budget of \(Format.seconds(budget)))")
             break
         }
         lull.absorb(runChild(benchmark, .lull, parameters: parameters, runs: 1, options: options))
@@ -209,6 +211,12 @@ if arguments.first == childSubcommand {
 }
 if arguments.first == TimerSlackBenchmark.helperSubcommand {
     TimerSlackBenchmark.helperMain(Array(arguments.dropFirst()))
+}
+if arguments.first == EchoPeerProcesses.serverSubcommand {
+    EchoPeerProcesses.serverMain(Array(arguments.dropFirst()))
+}
+if arguments.first == EchoPeerProcesses.clientSubcommand {
+    EchoPeerProcesses.clientMain(Array(arguments.dropFirst()))
 }
 if arguments.first == "idle-child" {
     // `lull-bench idle-child lull|dispatch [seconds]`: the idle benchmark alone, in this process.
