@@ -41,14 +41,17 @@ let usage = """
                           warms up itself), at most 3 for timer-memory; timer-churn: fresh
                           processes (at most 5), each running both runtimes in turns; not
                           timer-wakeups (one fresh process, one window);
-                          fs-tree-watch: fresh processes; at most 3 for fs-storm
+                          fs-tree-watch: fresh processes; at most 3 for fs-storm;
+                          echo-nio-*: at most 3 fresh processes, each running the
+                          three servers in turn
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
                           blocks or calls (default 1,000,000; async-after 100,000; quick: a
                           tenth, async-after a fifth), ping-pong round trips (30,000; quick
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
                           per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
-                          quick 200,000), echo-load messages (200,000; quick 50,000); not
+                          quick 200,000), echo-load messages (200,000; quick 50,000), echo-nio-*
+                          messages per server (100,000; quick 30,000); not
                           timer-wakeups (10,000 timers for 10 s, quick 3 s), timer-accuracy
                           (1,000 timers), timer-memory (K=100,000); fs-latency writes (5,000;
                           quick 1,000), fs-storm files (100,000; quick 20,000); not
