@@ -16,9 +16,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
     ],
     targets: [
+        // The echo comparison's load generator (C on raw epoll, run in a process of its own).
+        .target(name: "CEchoLoad", path: "CEchoLoad"),
         .executableTarget(
             name: "lull-bench",
             dependencies: [
+                "CEchoLoad",
                 .product(name: "Lull", package: "Lull"),
                 .product(name: "EchoServerKit", package: "LullExamples"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -26,7 +26,7 @@ final class DispatchEchoServer: @unchecked Sendable {
         (listener, port) = try LoopbackSocket.listen(port: 0)
         self.idleTimeout = idleTimeout
         acceptSource = DispatchSource.makeReadSource(fileDescriptor: listener,
-                                                     queue: DispatchQueue(label: "echo.accept", qos: .userInitiated))
+                                                     queue: DispatchQueue(label: "echo.accept"))
     }
 
     func start() {
@@ -108,10 +108,11 @@ final class DispatchEchoConnection: @unchecked Sendable {
 
     private func readable() {
         guard isOpen else { return }
-        switch buffer.fill(from: descriptor) {
+        let (read, write) = buffer.echo(on: descriptor)
+        switch read {
         case .moved:
             lastActivity = .now()
-            writeBack()
+            wrote(write)
             if isOpen && buffer.isFull && !isReadingPaused {
                 isReadingPaused = true
                 readSource.suspend()
@@ -124,7 +125,11 @@ final class DispatchEchoConnection: @unchecked Sendable {
     }
 
     private func writeBack() {
-        if case .failed = buffer.drain(to: descriptor) {
+        wrote(buffer.drain(to: descriptor))
+    }
+
+    private func wrote(_ write: EchoBuffer.Transfer) {
+        if case .failed = write {
             closeNow()
             return
         }

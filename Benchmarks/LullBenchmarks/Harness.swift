@@ -86,6 +86,9 @@ struct Benchmark: Sendable {
     /// environment), for a fixture too slow to make in each of them; returns what undoes it
     /// after them.
     var prepare: (@Sendable (Parameters) -> (@Sendable () -> Void))?
+    /// With `peerInSameProcess`: stop starting processes after this long instead of
+    /// `Options.budgetSeconds` (for a benchmark whose one process measures for longer).
+    var budgetSeconds: Double?
 
     /// The name shown for one runtime of this benchmark.
     func displayName(of runtime: Runtime) -> String {

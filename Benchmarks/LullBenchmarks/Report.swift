@@ -71,7 +71,11 @@ enum Report {
             emit("timer-churn: up to 5 fresh processes, each running both runtimes in alternating chunks of 100 k timers")
             emit("(a warm-up run, then one measured run), so that the host's slow and fast phases fall on both alike.")
         }
-        if results.contains(where: { $0.benchmark.peerName != Runtime.dispatch.displayName }) {
+        if results.contains(where: { $0.benchmark.name.hasPrefix("echo-nio-") }) {
+            emit("echo-nio-*: the Dispatch column holds SwiftNIO's echo server, and Lull/Dispatch is Lull/NIO; the")
+            emit("Dispatch twin's figures are in the details (\"Dispatch …\"). Latency, CPU and memory: lower is better.")
+        }
+        if results.contains(where: { $0.benchmark.name.hasPrefix("fs-") }) {
             emit("fs-*: Dispatch has no file-system sources on Linux; the Dispatch column holds the peer named in the")
             emit("details (\(FileSystemBenchmarks.rawPeer): a thread blocked in poll(2) on a raw inotify descriptor, the floor;")
             emit("inotifywait -r: Debian's inotify-tools), and Lull/Dispatch is Lull/peer. Latency and set-up time: lower")

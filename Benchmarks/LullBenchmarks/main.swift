@@ -10,10 +10,12 @@ import Glibc
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
         + TimerSourceBenchmarks.all + TaskSleepBenchmark.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all
-        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all + PingPongFloorBenchmark.all
+        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all + EchoPeersBenchmark.all
+        + PingPongFloorBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
+        .merging(EchoPeersBenchmark.groups) { first, _ in first }
 
     static func benchmark(named name: String) -> Benchmark? {
         all.first { $0.name == name }
@@ -40,14 +42,17 @@ let usage = """
                           warms up itself), at most 3 for timer-memory; timer-churn: fresh
                           processes (at most 5), each running both runtimes in turns; not
                           timer-wakeups (one fresh process, one window);
-                          fs-tree-watch: fresh processes; at most 3 for fs-storm
+                          fs-tree-watch: fresh processes; at most 3 for fs-storm;
+                          echo-nio-*: at most 3 fresh processes, each running the
+                          three servers in turn
       --idle-seconds S    idle window of the idle benchmark (default 3, quick 1)
       --n N               size of one run for every benchmark but idle and idle-read-sources-*:
                           blocks or calls (default 1,000,000; async-after 100,000; quick: a
                           tenth, async-after a fifth), ping-pong round trips (30,000; quick
                           10,000), read-throughput MiB (1,024; quick 256), user-data-merges adds
                           per thread (5,000,000; quick 1,000,000), timer-churn timers (1,000,000;
-                          quick 200,000), echo-load messages (200,000; quick 50,000); not
+                          quick 200,000), echo-load messages (200,000; quick 50,000), echo-nio-*
+                          messages per server (100,000; quick 30,000); not
                           timer-wakeups (10,000 timers for 10 s, quick 3 s), timer-accuracy
                           (1,000 timers), timer-memory (K=100,000); fs-latency writes (5,000;
                           quick 1,000), fs-storm files (100,000; quick 20,000); not
@@ -145,10 +150,11 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
 /// `runs` Lull children, each measuring the peer too (see `Benchmark.peerInSameProcess`).
 func measureInOneProcess(_ benchmark: Benchmark, parameters: Parameters, runs: Int, options: Options) -> BenchmarkResult {
     let started = Clock.now()
+    let budget = benchmark.budgetSeconds ?? options.budgetSeconds
     var lull = Series()
     for index in 0..<runs {
-        if index > 0 && Clock.seconds(from: started, to: Clock.now()) > options.budgetSeconds {
-            lull.notes.append("stopped after \(index) of \(runs) processes (time budget of \(Format.seconds(options.budgetSeconds)))")
+        if index > 0 && Clock.seconds(from: started, to: Clock.now()) > budget {
+            lull.notes.append("stopped after \(index) of \(runs) processes (time budget of \(Format.seconds(budget)))")
             break
         }
         lull.absorb(runChild(benchmark, .lull, parameters: parameters, runs: 1, options: options))
@@ -209,6 +215,12 @@ if arguments.first == childSubcommand {
 }
 if arguments.first == TimerSlackBenchmark.helperSubcommand {
     TimerSlackBenchmark.helperMain(Array(arguments.dropFirst()))
+}
+if arguments.first == EchoPeerProcesses.serverSubcommand {
+    EchoPeerProcesses.serverMain(Array(arguments.dropFirst()))
+}
+if arguments.first == EchoPeerProcesses.clientSubcommand {
+    EchoPeerProcesses.clientMain(Array(arguments.dropFirst()))
 }
 if arguments.first == "idle-child" {
     // `lull-bench idle-child lull|dispatch [seconds]`: the idle benchmark alone, in this process.

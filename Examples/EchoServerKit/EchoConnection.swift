@@ -8,9 +8,10 @@ import Glibc
 /// socket, and an idle timer, all delivering to that queue, so the connection's state needs
 /// no lock.
 ///
-/// - Backpressure: what is read goes into a bounded `EchoBuffer` and is written back at once
-///   as far as the socket takes it; the rest waits for the write source. When the buffer is
-///   full the read source is suspended, and resumed once the client has read half of it.
+/// - Backpressure: what is read is written back at once as far as the socket takes it
+///   (`EchoBuffer.echo(on:)`); the rest waits in a bounded `EchoBuffer` for the write source.
+///   When the buffer is full the read source is suspended, and resumed once the client has
+///   read half of it. An idle connection holds no buffer memory.
 /// - The write source runs only while there is something to write (it is level-triggered:
 ///   an idle writable socket would call it again and again).
 /// - Idle timeout: the timer is not rescheduled on every message; it fires at the first
@@ -139,10 +140,11 @@ final class EchoConnection: Sendable {
 
     private func readable() {
         guard phase == .open else { return }
-        switch buffer.fill(from: descriptor) {
+        let (read, write) = buffer.echo(on: descriptor)
+        switch read {
         case .moved:
             lastActivity = .now()
-            writeBack()
+            wrote(write)
             if phase == .open && buffer.isFull { pauseReading() }
         case .wouldBlock:
             break
@@ -181,7 +183,13 @@ final class EchoConnection: Sendable {
     // MARK: Steps (on `queue`)
 
     private func writeBack() {
-        switch buffer.drain(to: descriptor) {
+        wrote(buffer.drain(to: descriptor))
+    }
+
+    /// After a write of waiting (or just read) bytes: arms the write source while bytes
+    /// wait, resumes reading once half the buffer is free.
+    private func wrote(_ write: EchoBuffer.Transfer) {
+        switch write {
         case .moved(let count):
             bytesEchoed += count
         case .wouldBlock, .endOfFile:

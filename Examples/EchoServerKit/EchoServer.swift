@@ -64,7 +64,7 @@ public final class EchoServer: Sendable {
         self.port = port
         self.configuration = configuration
         acceptSource = EventSource.makeReadSource(fileDescriptor: listener,
-                                                  queue: WorkQueue(label: "echo.accept", qos: .userInitiated))
+                                                  queue: WorkQueue(label: "echo.accept"))
         // Set here, not in start(): a server dropped without being started still closes its
         // socket (a source that is no longer referenced is cancelled).
         open.enter()

@@ -124,8 +124,8 @@ final class DescriptorDriver: SourceKind {
         if forWriting {
             if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
         } else {
-            // One poll answers the usual case, a handler that read everything: nothing
-            // readable and no hang-up, nothing to signal again.
+            // One poll answers the common case, a handler that read everything: nothing is
+            // readable and no hang-up is pending, and no FIONREAD is needed.
             let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
             guard revents > 0 else { return }
             let readable = lull_bytes_readable(descriptor)
