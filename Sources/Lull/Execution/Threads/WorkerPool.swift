@@ -90,14 +90,20 @@ final class WorkerPool: Sendable {
     func submit(_ job: consuming Job) {
         ForkGuard.check()
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
-        if ThreadState.currentPollingClass == qosClass {
+        let route = ThreadState.submitRoute(for: qosClass, in: self)
+        if route == .inlineBatch {
             ThreadState.current.inlineBatch.append(job)
             return
         }
         let pool = classes[qosClass.poolIndex]
+        // A drain's request for its own next turn, posted by a worker of the class that goes
+        // back to the class queue as soon as it returns (counted running all along): that
+        // worker takes the request, or recruits for it if it polls first, so waking another
+        // thread would only move the drain to a thread that has to be scheduled.
+        let recruits = route != .ownContinuation
         let helper = pool.state.locked(moving: job) { state, job -> Helper in
             state.pushJob(job, pool)
-            return recruit(&state)
+            return recruits ? recruit(&state) : .none
         }
         start(helper, in: pool)
     }
@@ -448,7 +454,9 @@ final class WorkerPool: Sendable {
     private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
+        thread.runsLoopJob = true
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        thread.runsLoopJob = false
         let duration = SystemClock.coarseMonotonicNanoseconds() &- start
         if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
