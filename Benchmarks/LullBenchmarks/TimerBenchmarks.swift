@@ -46,6 +46,7 @@ enum TimerBenchmarks {
         let fired = SharedCounter()
         let lateness = Lateness()
         let completion = Completion()
+        let cpuAtStart = Clock.cpuNanoseconds()
         let start = Clock.now()
         // Each block knows its deadline on the harness clock (CLOCK_MONOTONIC, like both
         // runtimes' uptime clocks) and adds how late it ran.
@@ -71,6 +72,7 @@ enum TimerBenchmarks {
             }
         }
         let scheduled = Clock.now()
+        let schedulingCPU = Clock.cpuNanoseconds().thread &- cpuAtStart.thread
         let waitLimit = parameters.runTimeout + Double(firstDelay + span) / 1e9
         guard completion.wait(seconds: waitLimit) else {
             let ran = fired.value.load(ordering: .relaxed)
@@ -78,6 +80,9 @@ enum TimerBenchmarks {
                 + "\(Format.seconds(waitLimit)) after scheduling began (last deadline at "
                 + "\(Format.milliseconds(Double(lastOffset) / 1e9)))")
         }
+        // Every thread's CPU from the first schedule to the last fire (the measuring thread
+        // sleeps in between): what the churn cost the process, idle waits excluded.
+        let processCPU = Clock.cpuNanoseconds().process &- cpuAtStart.process
         Clock.sleep(seconds: 0.001)
         let total = fired.value.load(ordering: .relaxed)
         guard total == n else {
@@ -92,6 +97,8 @@ enum TimerBenchmarks {
             seconds: seconds,
             extras: [
                 ("scheduling took ms", Clock.seconds(from: start, to: scheduled) * 1000),
+                ("scheduling CPU ns/block", Double(schedulingCPU) / Double(max(n, 1))),
+                ("process CPU ns/block", Double(processCPU) / Double(max(n, 1))),
                 ("mean lateness ms", lateness.meanMilliseconds(count: n)),
                 ("max lateness ms", lateness.maxMilliseconds),
                 ("last fire after the last deadline ms", tail * 1000),

@@ -72,6 +72,33 @@ extension LullSuite {
             #expect(driven.target.polls.count == 2)
         }
 
+        /// A wake-up whose inline batch runs long — many short jobs, none slow on its own —
+        /// hands what is left to the class queue once the batch has taken a millisecond of
+        /// the poller's CPU: the first jobs run on the poller, later ones on other workers,
+        /// and every job runs once.
+        @Test func aLongInlineBatchOfShortJobsIsSharedWithOtherWorkers() throws {
+            let driven = DrivenPool()
+            defer { driven.shutDown() }
+            let start = driven.clock.monotonicNanoseconds()
+            let jobs = 40
+            let ran = Beacon<(index: Int, tid: Int32)>()
+            driven.engine.schedule(CallbackEntry {
+                for index in 0..<jobs {
+                    driven.pool.submit(DrivenPool.job {
+                        burnThreadCPU(milliseconds: 0.25)
+                        ran.post((index, lull_gettid()))
+                    })
+                }
+            }, deadline: start + 10_000_000, leeway: 0)
+            let poller = try #require(driven.target.awaitPoller())
+            #expect(driven.target.expireTimer() == start + 10_000_000)
+            let runs = ran.await(count: jobs)
+            try #require(runs.count == jobs, "\(runs.count) of \(jobs) jobs ran")
+            #expect(Set(runs.map(\.index)).count == jobs, "a job ran twice")
+            #expect(runs.first?.tid == poller, "the wake-up's first job did not run inline on the poller")
+            #expect(runs.contains { $0.tid != poller }, "the poller ran the whole long batch alone")
+        }
+
         /// With the pool quiet (its only worker idle), a new timer claims that idle worker to
         /// poll (`vacant → requested → polling`) rather than starting a thread.
         @Test func aNewTimerClaimsTheIdleWorkerToPoll() throws {

@@ -37,6 +37,57 @@ import Testing
         #expect(driven.engine.count == 0)
     }
 
+    /// Fire-once entries (`scheduleOnce`, the `asyncAfter` path: a heap of their own) and
+    /// indexed ones, mixed, with many equal deadlines and some indexed ones cancelled: the
+    /// wake-ups still equal the greedy optimum for the live windows, each live entry fires
+    /// once inside its window, a cancelled one never, and a wake-up fires its entries by
+    /// deadline, then in scheduling order, across both heaps.
+    @Test(arguments: [0x0_5EED, 11, 0xA5_A5A5] as [UInt64])
+    func fireOnceAndIndexedEntriesShareTheWakeUpsAndTheOrder(seed: UInt64) {
+        let driven = DrivenEngine()
+        var random = TimerTestKit.Random(seed: seed)
+        let count = 300
+        let start = driven.now
+        let windows = (0..<count).map { _ -> (deadline: UInt64, leeway: UInt64) in
+            // Few distinct deadlines: ties, broken by scheduling order.
+            (start + UInt64.random(in: 1...40, using: &random) * 25_000_000,
+             UInt64.random(in: 0...4, using: &random) * 50_000_000)
+        }
+        let fires = Recorder<(index: Int, time: UInt64)>()
+        var cancelled: Set<Int> = []
+        var indexedEntries: [(Int, CallbackEntry)] = []
+        for (index, window) in windows.enumerated() {
+            let entry = driven.entry { fires.append((index, driven.now)) }
+            if random.next() % 2 == 0 {
+                driven.engine.scheduleOnce(entry, deadline: window.deadline, leeway: window.leeway)
+            } else {
+                driven.engine.schedule(entry, deadline: window.deadline, leeway: window.leeway)
+                indexedEntries.append((index, entry))
+            }
+        }
+        #expect(driven.engine.count == count)
+        for (index, entry) in indexedEntries where random.next() % 5 == 0 {
+            driven.engine.cancel(entry)
+            cancelled.insert(index)
+        }
+        #expect(driven.engine.count == count - cancelled.count)
+        let live = windows.indices.filter { !cancelled.contains($0) }
+        let wakeUps = driven.runUntilIdle()
+        let optimum = TimerTestKit.optimalWakeUps(live.map { (windows[$0].deadline, windows[$0].deadline + windows[$0].leeway) })
+        #expect(wakeUps == optimum)
+        #expect(fires.values.map(\.index).sorted() == live, "an entry fired twice, never, or after its cancel")
+        #expect(driven.lateFires == 0)
+        for fire in fires.values {
+            #expect(fire.time >= windows[fire.index].deadline, "fired before its deadline")
+        }
+        let inOrder = zip(fires.values, fires.values.dropFirst()).allSatisfy { earlier, later in
+            earlier.time != later.time
+                || (windows[earlier.index].deadline, earlier.index) < (windows[later.index].deadline, later.index)
+        }
+        #expect(inOrder, "a wake-up fired its entries out of (deadline, scheduling) order")
+        #expect(driven.engine.count == 0)
+    }
+
     /// A = [T, T+100], B = [T+40, T+200], C = [T+60, T+160] (ms): one wake-up, at A's end.
     @Test func windowsThatOverlapFireInOneWakeUp() {
         let driven = DrivenEngine()

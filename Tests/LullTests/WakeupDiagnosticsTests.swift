@@ -460,7 +460,7 @@ func pollerIsAsleep() -> Bool {
 }
 
 /// Spins until the calling thread has used `milliseconds` of CPU time.
-func burnThreadCPU(milliseconds: UInt64) {
-    let end = Diagnostics.threadCPUNanoseconds() + milliseconds * 1_000_000
+func burnThreadCPU(milliseconds: Double) {
+    let end = Diagnostics.threadCPUNanoseconds() + UInt64(milliseconds * 1_000_000)
     while Diagnostics.threadCPUNanoseconds() < end {}
 }

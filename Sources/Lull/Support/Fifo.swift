@@ -17,6 +17,16 @@ struct Fifo<Element> {
         count == 0 ? nil : storage[head]
     }
 
+    /// Whether there is a first element and it satisfies `predicate`, which reads it in
+    /// place (`first` returns a copy, retaining what the element holds).
+    func firstSatisfies(_ predicate: (borrowing Element) -> Bool) -> Bool {
+        guard count > 0 else { return false }
+        return storage.withUnsafeBufferPointer { buffer in
+            guard let element = buffer[head] else { return false }
+            return predicate(element)
+        }
+    }
+
     mutating func append(_ element: consuming Element) {
         if count == storage.count { grow() }
         storage[(head + count) & (storage.count - 1)] = element

@@ -52,6 +52,8 @@ final class TimerEngine: Sendable {
 
     private struct State {
         var timers = TimerHeap()
+        /// Entries scheduled once and never cancelled nor rescheduled (`asyncAfter`).
+        var onceTimers = FireOnceHeap()
         /// At most the earliest window end of the entries (.max: none), and exactly it when
         /// `windowEndIsExact`. Scheduling lowers it; removing the entry that ends earliest
         /// only makes it inexact, and the walk that makes it exact again waits until arming
@@ -75,6 +77,24 @@ final class TimerEngine: Sendable {
         /// How many timers the last wake-up fired: the engine's measure of how dense its
         /// deadlines are, for how much of a window it lets the kernel choose (`wakeWindow`).
         var firedAtLastWake = 0
+
+        var isEmpty: Bool { timers.count == 0 && onceTimers.count == 0 }
+
+        /// The earliest deadline of both heaps (nil: none).
+        var firstDeadline: UInt64? {
+            switch (timers.firstDeadline, onceTimers.firstDeadline) {
+            case let (indexed?, once?): min(indexed, once)
+            case let (indexed, once): indexed ?? once
+            }
+        }
+
+        /// The earliest window end of both heaps (nil: none).
+        mutating func earliestWindowEnd() -> UInt64? {
+            switch (timers.earliestWindowEnd(), onceTimers.earliestWindowEnd()) {
+            case let (indexed?, once?): min(indexed, once)
+            case let (indexed, once): indexed ?? once
+            }
+        }
     }
 
     private let state = SpinFutexLock<State>(State(), rank: .timerEngine)
@@ -111,6 +131,26 @@ final class TimerEngine: Sendable {
         return sequence
     }
 
+    /// Schedules `entry` for the window [deadline, deadline + leeway], for good: it fires
+    /// once and is never cancelled nor rescheduled (an `asyncAfter` block). Such entries live
+    /// in a heap of their own whose sifts never touch an entry (`FireOnceHeap`); the entry
+    /// stays "not scheduled" for `cancel` and `schedule`, which must not be called on it.
+    func scheduleOnce(_ entry: TimerEntry, deadline: UInt64, leeway: UInt64) {
+        // The entry is the caller's new object: its fields are set here, outside the lock,
+        // and read back rounded as every entry's are (`TimerHeapFields.leeway`).
+        entry.deadline = deadline
+        entry.leeway = leeway
+        let latest = entry.latest
+        let request = state.locked { state -> ArmRequest? in
+            let sequence = state.nextSequence
+            state.nextSequence = TimerSequence.next(after: sequence)
+            state.onceTimers.insert(FireOnceHeap.Item(deadline: deadline, latest: latest, sequence: sequence, entry: entry))
+            state.windowEndBound = min(state.windowEndBound, latest)
+            return rearm(&state)
+        }
+        if let request { arm(request.window, request.generation) }
+    }
+
     /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
     ///
     /// The reactor stays armed as it was: if the entry was the earliest, the process wakes
@@ -121,7 +161,7 @@ final class TimerEngine: Sendable {
         state.locked { state in
             guard entry.isScheduled else { return }
             remove(entry, from: &state)
-            earliestDeadline.store(state.timers.firstDeadline ?? .max, ordering: .releasing)
+            earliestDeadline.store(state.firstDeadline ?? .max, ordering: .releasing)
         }
     }
 
@@ -141,7 +181,7 @@ final class TimerEngine: Sendable {
     /// Takes an entry out of the heap (before its window changes), keeping the bound.
     private func take(_ entry: TimerEntry, from state: inout State) {
         state.timers.remove(entry)
-        if state.timers.count == 0 {
+        if state.isEmpty {
             state.windowEndBound = .max
             state.windowEndIsExact = true
         } else if entry.latest <= state.windowEndBound {
@@ -149,16 +189,33 @@ final class TimerEngine: Sendable {
         }
     }
 
+    /// Takes the earliest fire-once entry out, keeping the bound (as `take` does).
+    private func takeFirstOnce(from state: inout State) {
+        guard let first = state.onceTimers.popFirst() else { return }
+        if state.isEmpty {
+            state.windowEndBound = .max
+            state.windowEndIsExact = true
+        } else if first.latest <= state.windowEndBound {
+            state.windowEndIsExact = false
+        }
+    }
+
+    /// Whether a fire-once entry comes before an indexed one: by deadline, then scheduling.
+    private static func goesFirst(_ once: FireOnceHeap.Item, before entry: TimerEntry) -> Bool {
+        once.deadline != entry.deadline ? once.deadline < entry.deadline
+            : TimerSequence.isEarlier(once.sequence, than: entry.sequence)
+    }
+
     /// Decides whether the reactor must be armed for the earliest window end: not when it is
     /// armed at or before it. The caller arms after the lock; the generation keeps the order
     /// of the decisions.
     private func rearm(_ state: inout State) -> ArmRequest? {
-        earliestDeadline.store(state.timers.firstDeadline ?? .max, ordering: .releasing)
-        guard state.timers.count > 0 else { return nil }
+        earliestDeadline.store(state.firstDeadline ?? .max, ordering: .releasing)
+        guard !state.isEmpty else { return nil }
         // Armed at or before a lower bound of the earliest end: armed early enough.
         if let armed = state.armedAt, armed <= state.windowEndBound { return nil }
         if !state.windowEndIsExact {
-            state.windowEndBound = state.timers.earliestWindowEnd() ?? .max
+            state.windowEndBound = state.earliestWindowEnd() ?? .max
             state.windowEndIsExact = true
         }
         let end = state.windowEndBound
@@ -168,7 +225,7 @@ final class TimerEngine: Sendable {
         // two wake-ups. The kernel's wake-up latency comes on top, as for any timer.
         state.armedAt = end
         state.armGeneration += 1
-        return ArmRequest(window: TimerEngine.wakeWindow(deadline: state.timers.firstDeadline ?? end, latest: end,
+        return ArmRequest(window: TimerEngine.wakeWindow(deadline: state.firstDeadline ?? end, latest: end,
                                                          firedAtLastWake: state.firedAtLastWake),
                           generation: state.armGeneration)
     }
@@ -195,9 +252,19 @@ final class TimerEngine: Sendable {
             // Called for the reactor's timer or for another wake-up: either way, arm anew
             // for what is left (re-arming at the same time is harmless).
             state.armedAt = nil
-            while let first = state.timers.first, first.deadline <= now {
-                remove(first, from: &state)
-                due.append((first, first.sequence, first.deadline, first.leeway))
+            // Both heaps in one order: by deadline, then scheduling.
+            while true {
+                let indexed = state.timers.first.flatMap { $0.deadline <= now ? $0 : nil }
+                let once = state.onceTimers.first.flatMap { $0.deadline <= now ? $0 : nil }
+                if let once, indexed.map({ TimerEngine.goesFirst(once, before: $0) }) ?? true {
+                    takeFirstOnce(from: &state)
+                    due.append((once.entry, once.sequence, once.deadline, once.latest &- once.deadline))
+                } else if let indexed {
+                    remove(indexed, from: &state)
+                    due.append((indexed, indexed.sequence, indexed.deadline, indexed.leeway))
+                } else {
+                    break
+                }
             }
             if !due.isEmpty { state.firedAtLastWake = due.count }
             return rearm(&state)
@@ -244,7 +311,7 @@ final class TimerEngine: Sendable {
 
     /// Live timers of the program — timer sources and delayed blocks, not the runtime's own
     /// housekeeping (for diagnostics and tests).
-    var count: Int { state.locked { $0.timers.count - $0.housekeeping } }
+    var count: Int { state.locked { $0.timers.count + $0.onceTimers.count - $0.housekeeping } }
 }
 
 /// Converts a wall-clock instant to the monotonic clock, as of the given readings of both

@@ -18,9 +18,11 @@ enum DelayedWork {
             queue.enqueue(job)
             return
         }
+        // Never cancelled nor rescheduled: the engine's fire-once heap, whose sifts never
+        // touch the entry.
         let entry = DelayedEntry(queue: queue, job: job, origin: Diagnostics.delayedOrigin(site))
-        timers.schedule(entry, deadline: deadline.uptimeNanoseconds,
-                                    leeway: requested ?? leeway(forDelay: deadline.uptimeNanoseconds - now))
+        timers.scheduleOnce(entry, deadline: deadline.uptimeNanoseconds,
+                            leeway: requested ?? leeway(forDelay: deadline.uptimeNanoseconds - now))
     }
 
     static func schedule(_ job: Job, on queue: WorkQueue, at wallDeadline: WallDeadline, site: TimerSite,

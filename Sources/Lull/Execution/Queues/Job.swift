@@ -46,3 +46,8 @@ struct Job: Sendable {
     }
 }
 
+
+extension Fifo where Element == Job {
+    /// The first job is a barrier (read in place, without copying the job).
+    var firstIsBarrier: Bool { firstSatisfies { $0.isBarrier } }
+}

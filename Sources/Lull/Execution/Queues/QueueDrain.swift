@@ -43,6 +43,9 @@ extension WorkQueue {
         // this drain at.
         var cursor = SerialDrainCursor(floor: floor, nested: nested,
                                        base: nested ? thread.ownQoS.qosClass : .unspecified, marks: firstMarks)
+        // The drain is the job a worker took from its class queue, not one run inside
+        // another queue's block or drain: its thread goes back to that queue when it ends.
+        let endsLoopJob = thread.runsLoopJob && thread.heldQueues.isEmpty
         thread.heldQueues.append(HeldQueue(self, exclusive: true))
         while true {
             var next = batch.popFirst()
@@ -95,7 +98,11 @@ extension WorkQueue {
             return state.drainRequestIfNeeded(for: self)
         }
         handedOff?.grant(drainerWaits: false)
+        // The next turn (quantum used up, or blocks that arrived after the last look) goes
+        // to the class queue this worker is about to look at (`WorkerPool.submit`).
+        thread.postsOwnContinuation = endsLoopJob
         WorkQueue.post(request)
+        thread.postsOwnContinuation = false
     }
 
     /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns

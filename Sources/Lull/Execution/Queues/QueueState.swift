@@ -133,7 +133,9 @@ struct QueueState: Sendable {
     /// Decides whether `queue` must put a drain request on its target now, and records it.
     /// Called under the lock after anything that can make pending blocks runnable.
     mutating func drainRequestIfNeeded(for queue: WorkQueue) -> (WorkQueue, Job)? {
-        guard !isPaused, let head = pending.first, let target else { return nil }
+        // Called on every enqueue: nothing here copies a job (a copy retains the block, its
+        // context and its group) or the target until a request is made.
+        guard !isPaused, !pending.isEmpty, target != nil else { return nil }
         let wanted = pendingMaxClass == .unspecified ? QoS.QoSClass.default : pendingMaxClass
         if queue.kind == .serial {
             if isOwned { return nil }
@@ -142,13 +144,13 @@ struct QueueState: Sendable {
             if drainers > 0 && wanted <= drainerClass { return nil }
         } else {
             if barrierActive { return nil }
-            if head.isBarrier && (inFlight > 0 || !queue.forwardedBlocksFinished()) { return nil }
+            if pending.firstIsBarrier && (inFlight > 0 || !queue.forwardedBlocksFinished()) { return nil }
             let useful = Swift.min(pending.count, QueueState.concurrentWidth)
             if drainers >= useful && wanted <= drainerClass { return nil }
         }
         drainers += 1
         if wanted > drainerClass { drainerClass = wanted }
-        return (target, Job.drain(queue, at: wanted))
+        return (target.unsafelyUnwrapped, Job.drain(queue, at: wanted))
     }
 
     /// Called by a drain request that starts (concurrent) or ends (serial).

@@ -39,6 +39,12 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
+    /// Set by the worker loop while it runs a job it took from its class queue: when the job
+    /// returns, the thread goes straight back to that queue.
+    @exclusivity(unchecked) var runsLoopJob = false
+    /// Set, on such a job, around a drain's last act: the request for the queue's next turn
+    /// (see `WorkerPool.submit`).
+    @exclusivity(unchecked) var postsOwnContinuation = false
     /// The timer slack this thread asked the kernel for (ns; 0: `TimerSlack.threadDefault`), so that the
     /// poller calls prctl only when the value changes (see `TimerSlack`).
     @exclusivity(unchecked) var timerSlack: UInt64 = 0
@@ -99,11 +105,26 @@ final class ThreadState {
         return install(ThreadState(workerClass: nil))
     }
 
-    /// The calling thread's `pollingClass`, read without retaining its state (every submit
-    /// asks; only a polling worker's answer is not nil).
-    static var currentPollingClass: QoS.QoSClass? {
-        guard let pointer = pthread_getspecific(key) else { return nil }
-        return Unmanaged<ThreadState>.fromOpaque(pointer)._withUnsafeGuaranteedRef { $0.pollingClass }
+    /// Where a submit of work of `qosClass` to `pool` from the calling thread goes, read
+    /// without retaining its state (every submit asks).
+    static func submitRoute(for qosClass: QoS.QoSClass, in pool: WorkerPool) -> SubmitRoute {
+        guard let pointer = pthread_getspecific(key) else { return .classQueue }
+        return Unmanaged<ThreadState>.fromOpaque(pointer)._withUnsafeGuaranteedRef { thread in
+            if thread.pollingClass == qosClass { return .inlineBatch }
+            if thread.postsOwnContinuation && thread.workerClass == qosClass && thread.workerPool === pool {
+                return .ownContinuation
+            }
+            return .classQueue
+        }
+    }
+
+    enum SubmitRoute {
+        /// The calling thread polls for that class: the job joins its inline batch.
+        case inlineBatch
+        /// A worker of that class posts its own drain's next turn and goes back to the class
+        /// queue right after: the job is queued, and nobody else need be woken for it.
+        case ownContinuation
+        case classQueue
     }
 
     /// Makes the calling thread a worker of `qosClass`.

@@ -90,14 +90,20 @@ final class WorkerPool: Sendable {
     func submit(_ job: consuming Job) {
         ForkGuard.check()
         let qosClass = job.qos.qosClass == .unspecified ? QoS.QoSClass.default : job.qos.qosClass
-        if ThreadState.currentPollingClass == qosClass {
+        let route = ThreadState.submitRoute(for: qosClass, in: self)
+        if route == .inlineBatch {
             ThreadState.current.inlineBatch.append(job)
             return
         }
         let pool = classes[qosClass.poolIndex]
+        // A drain's request for its own next turn, posted by a worker of the class that goes
+        // back to the class queue as soon as it returns (counted running all along): that
+        // worker takes the request, or recruits for it if it polls first, so waking another
+        // thread would only move the drain to a thread that has to be scheduled.
+        let recruits = route != .ownContinuation
         let helper = pool.state.locked(moving: job) { state, job -> Helper in
             state.pushJob(job, pool)
-            return recruit(&state)
+            return recruits ? recruit(&state) : .none
         }
         start(helper, in: pool)
     }
@@ -421,16 +427,19 @@ final class WorkerPool: Sendable {
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
     /// wake-up's worth of events (a thousand coalesced timers, say) costs no other thread's
     /// wake-up. The batch stays private: in the class queue, every job taken would recruit a
-    /// helper for the rest. A job that runs long hands the rest to the class queue and
-    /// recruits helpers (and a poller): slow work never holds the others up.
+    /// helper for the rest. A batch that runs long — one slow job, or many short ones, such
+    /// as the blocks of ten thousand `asyncAfter` calls whose windows one wake-up closed —
+    /// hands the rest to the class queue and recruits helpers (and a poller): slow work never
+    /// holds the others up, and the reactor is never left alone behind a long batch.
     ///
-    /// "Long" is judged by the wall clock, then confirmed by the thread's CPU clock (read once
-    /// per batch of several jobs, and again only for a job slow by the wall clock): a job that
-    /// was merely preempted on a busy machine is no reason to wake another thread.
+    /// "Long" is judged from the batch's start by the wall clock, then confirmed by the
+    /// thread's CPU clock (read once per batch of several jobs, and again only once the wall
+    /// clock says so): a batch that was merely preempted on a busy machine is no reason to
+    /// wake another thread.
     private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool) {
         let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
+        let started = SystemClock.monotonicNanoseconds()
         while let job = batch.popFirst() {
-            let started = SystemClock.monotonicNanoseconds()
             JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
             guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                   SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
@@ -448,7 +457,9 @@ final class WorkerPool: Sendable {
     private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
+        thread.runsLoopJob = true
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        thread.runsLoopJob = false
         let duration = SystemClock.coarseMonotonicNanoseconds() &- start
         if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
