@@ -29,6 +29,12 @@ struct RawPath: Hashable, Sendable {
         return result
     }
 
+    /// Appends `name` as a component.
+    mutating func append(_ name: PathComponent) {
+        if bytes.last != Self.slash { bytes.append(Self.slash) }
+        name.append(to: &bytes)
+    }
+
     /// The directory that holds the last component; nil for "/" and for a relative name.
     var parent: RawPath? {
         guard bytes != [Self.slash], let slash = bytes.lastIndex(of: Self.slash) else { return nil }
