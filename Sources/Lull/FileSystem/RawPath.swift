@@ -54,15 +54,6 @@ struct RawPath: Hashable, Sendable {
             || bytes[ancestor.bytes.count] == Self.slash
     }
 
-    /// This path, which is within `old`, moved to `new`.
-    func rebased(from old: RawPath, to new: RawPath) -> RawPath {
-        assert(isWithin(old), "rebasing a path that is not below the old one")
-        var result = new
-        let rest = bytes.dropFirst(old.bytes.count).drop { $0 == Self.slash }
-        if !rest.isEmpty { result = result.appending(rest) }
-        return result
-    }
-
     /// The path one component below `ancestor` on the way to this one.
     func nextStep(below ancestor: RawPath) -> RawPath {
         let rest = bytes.dropFirst(ancestor.bytes.count).drop { $0 == Self.slash }
