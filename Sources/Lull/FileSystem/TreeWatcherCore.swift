@@ -12,7 +12,9 @@ import Glibc
 /// docs/FileSystem.md, "The tree watcher". In short: `control` (a mutex, never held over a
 /// system call) has the public state; `tree` is confined (to `activate()`'s walk before the
 /// processing queue starts, then to that serial queue) and never locked; events that arrive
-/// during a walk wait as jobs behind it.
+/// during a walk wait as jobs behind it. A directory is a small record (its watch, its
+/// parent's key, its name), not a path: paths are built from the chain of parents when an
+/// event needs one ("The tree watcher: memory").
 ///
 /// Invariants (asserted in debug builds): no two threads are inside `tree` at once; a
 /// departed directory with a `move` has that move in `pendingMoves`; a watch is in at most
