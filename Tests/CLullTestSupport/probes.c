@@ -16,6 +16,11 @@ size_t lull_malloc_usable_size(const void *block) {
     return malloc_usable_size((void *)block);
 }
 
+size_t lull_heap_bytes_in_use(void) {
+    struct mallinfo2 info = mallinfo2();
+    return info.uordblks + info.hblkhd;
+}
+
 int lull_get_thread_ioprio(int32_t tid, int *value) {
     long result = syscall(SYS_ioprio_get, LULL_IOPRIO_WHO_PROCESS, (int)tid);
     if (result < 0) return -errno;

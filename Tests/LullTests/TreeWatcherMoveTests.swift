@@ -153,6 +153,31 @@ extension LullSuite {
             #expect(scene.log.all.filter { $0.path.hasPrefix(scene.at("sub")) }.map(\.kind) == [.removed], "\(scene.log.summary)")
         }
 
+        /// A directory keeps its parent and its name, not its path: a subtree moved under
+        /// another branch, with names longer than the 15 bytes kept inline, reports what
+        /// happens below it under the new path, and nothing under the old one.
+        @Test func aSubtreeMovedUnderAnotherBranchIsReportedWhereItIsNow() throws {
+            let long = "a-directory-name-longer-than-fifteen-bytes"
+            let scene = try Scene(queue: queue, directories: ["left", "left/\(long)", "left/\(long)/inner",
+                                                              "right", "right/deeper"])
+            defer { scene.finish() }
+            let log = scene.log
+
+            try scene.move("left/\(long)", "right/deeper/\(long)-moved")
+            #expect(log.waitFor(.renamed(from: scene.at("left/\(long)")), scene.at("right/deeper/\(long)-moved")),
+                    "\(log.summary)")
+            try FileSystemTestKit.write(scene.at("right/deeper/\(long)-moved/inner/file"), "x")
+            #expect(log.waitFor(.created, scene.at("right/deeper/\(long)-moved/inner/file")), "\(log.summary)")
+            try FileSystemTestKit.check(mkdir(scene.at("right/deeper/\(long)-moved/inner/new"), 0o755), "mkdir")
+            #expect(log.waitFor(.created, scene.at("right/deeper/\(long)-moved/inner/new")), "\(log.summary)")
+            try FileSystemTestKit.write(scene.at("right/deeper/\(long)-moved/inner/new/leaf"), "x")
+            #expect(log.waitFor(.created, scene.at("right/deeper/\(long)-moved/inner/new/leaf")), "\(log.summary)")
+            #expect(!log.all.contains { $0.path.hasPrefix(scene.at("left/\(long)/")) }, "\(log.summary)")
+            #expect(!log.all.contains { $0.kind == .mustRescan }, "\(log.summary)")
+            // root, left, right, deeper, the moved directory, inner, new and the root's parent.
+            #expect(waitUntil { scene.hub.snapshot.watches == 8 }, "\(scene.hub.snapshot.watches)")
+        }
+
         @Test func renamesInsideTheTreeArePairsAndTheSubtreeFollowsThem() throws {
             let scene = try Scene(queue: queue, directories: ["a", "a/inner"])
             defer { scene.finish() }

@@ -275,9 +275,16 @@ final class InotifyHub: Sendable {
     /// Watches the directory at `path` without pinning it (for tree watchers, which would
     /// otherwise hold a descriptor per directory): not following a final symbolic link.
     func acquireUnpinned(directory path: RawPath, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyLease {
+        InotifyLease(hub: self, watch: try acquireUnpinnedWatch(directory: path, subject: subject, mask: mask))
+    }
+
+    /// `acquireUnpinned` without the lease object, for a tree watcher's thousands of
+    /// directories (an object each would cost 48 bytes): the caller keeps the watch and
+    /// gives its lease back exactly once, with `release(_:)`.
+    func acquireUnpinnedWatch(directory path: RawPath, subject: String, mask: InotifyMask) throws(EventSourceError) -> InotifyWatch {
         var schedulesTeardown = false
         defer { if schedulesTeardown { scheduleTeardown() } }
-        return try withKernel { () throws(EventSourceError) -> InotifyLease in
+        return try withKernel { () throws(EventSourceError) -> InotifyWatch in
             let instance = try ensureInstance(subject: subject)
             let wd = addWatch(instance, path, mask.union([.maskAdd, .onlyDirectory, .dontFollow, .excludeUnlinked]))
             guard wd >= 0 else {
@@ -300,7 +307,7 @@ final class InotifyHub: Sendable {
                 return (watch, after)
             }
             finish(after)
-            return InotifyLease(hub: self, watch: watch)
+            return watch
         }
     }
 
@@ -350,10 +357,14 @@ final class InotifyHub: Sendable {
     }
 
     func observe(_ observer: any InotifyObserver, mask: InotifyMask, on lease: InotifyLease) {
-        let watch = lease.watch
+        observe(observer, mask: mask, on: lease.watch)
+    }
+
+    /// `observe(_:mask:on:)` for a watch leased with `acquireUnpinnedWatch`.
+    func observe(_ observer: any InotifyObserver, mask: InotifyMask, on watch: InotifyWatch) {
         let widens = withState { _ -> Bool in
             guard watch.isLive else { return false }
-            watch.observers.append(InotifyWatch.ObserverSubscription(observer: observer, mask: mask))
+            watch.addObserver(InotifyWatch.ObserverSubscription(observer: observer, mask: mask))
             return watch.pin >= 0 && !watch.kernelMask.isSuperset(of: mask)
         }
         // An unpinned watch is leased with its full mask: a walk takes no lock here.
@@ -361,8 +372,12 @@ final class InotifyHub: Sendable {
     }
 
     func stopObserving(_ observer: any InotifyObserver, on lease: InotifyLease) {
+        stopObserving(observer, on: lease.watch)
+    }
+
+    func stopObserving(_ observer: any InotifyObserver, on watch: InotifyWatch) {
         withState { _ in
-            lease.watch.observers.removeAll { $0.observer === observer }
+            watch.removeObservers(observer)
         }
     }
 
@@ -452,8 +467,8 @@ final class InotifyHub: Sendable {
         }
 
         mutating func observe(_ event: InotifyEvent, on watch: InotifyWatch) {
-            for subscription in watch.observers
-            where !subscription.mask.isDisjoint(with: event.mask) || !event.mask.isDisjoint(with: [.ignored, .unmount]) {
+            watch.forEachObserver { subscription in
+                guard !subscription.mask.isDisjoint(with: event.mask) || !event.mask.isDisjoint(with: [.ignored, .unmount]) else { return }
                 let key = ObjectIdentifier(subscription.observer)
                 observed[key, default: (subscription.observer, [])].events.append((watch, event))
             }
@@ -569,7 +584,7 @@ final class InotifyHub: Sendable {
             if !watch.sources.isEmpty {
                 deliveries.merge(VnodeEventMapping.conservativeEvents(for: watch), into: watch)
             }
-            for subscription in watch.observers {
+            watch.forEachObserver { subscription in
                 deliveries.overflowed[ObjectIdentifier(subscription.observer)] = subscription.observer
             }
             if watch.parent != nil {
@@ -769,7 +784,7 @@ final class InotifyHub: Sendable {
             watch.pin = -1
         }
         watch.sources.removeAll()
-        watch.observers.removeAll()
+        watch.removeAllObservers()
     }
 
     /// The kernel watch is gone (or being removed): out of the table, no more events.

@@ -29,6 +29,12 @@ struct RawPath: Hashable, Sendable {
         return result
     }
 
+    /// Appends `name` as a component.
+    mutating func append(_ name: PathComponent) {
+        if bytes.last != Self.slash { bytes.append(Self.slash) }
+        name.append(to: &bytes)
+    }
+
     /// The directory that holds the last component; nil for "/" and for a relative name.
     var parent: RawPath? {
         guard bytes != [Self.slash], let slash = bytes.lastIndex(of: Self.slash) else { return nil }
@@ -46,15 +52,6 @@ struct RawPath: Hashable, Sendable {
         guard bytes.starts(with: ancestor.bytes) else { return false }
         return bytes.count == ancestor.bytes.count || ancestor.bytes.last == Self.slash
             || bytes[ancestor.bytes.count] == Self.slash
-    }
-
-    /// This path, which is within `old`, moved to `new`.
-    func rebased(from old: RawPath, to new: RawPath) -> RawPath {
-        assert(isWithin(old), "rebasing a path that is not below the old one")
-        var result = new
-        let rest = bytes.dropFirst(old.bytes.count).drop { $0 == Self.slash }
-        if !rest.isEmpty { result = result.appending(rest) }
-        return result
     }
 
     /// The path one component below `ancestor` on the way to this one.

@@ -12,7 +12,9 @@ import Glibc
 /// docs/FileSystem.md, "The tree watcher". In short: `control` (a mutex, never held over a
 /// system call) has the public state; `tree` is confined (to `activate()`'s walk before the
 /// processing queue starts, then to that serial queue) and never locked; events that arrive
-/// during a walk wait as jobs behind it.
+/// during a walk wait as jobs behind it. A directory is a small record (its watch, its
+/// parent's key, its name), not a path: paths are built from the chain of parents when an
+/// event needs one ("The tree watcher: memory").
 ///
 /// Invariants (asserted in debug builds): no two threads are inside `tree` at once; a
 /// departed directory with a `move` has that move in `pendingMoves`; a watch is in at most
@@ -127,7 +129,7 @@ final class TreeWatcherCore: InotifyObserver {
         timer.setEventHandler { [self] in flush() }
         timer.activate()
         confined {
-            switch addTree(rootPath, reportContents: false) {
+            switch addTree(rootPath, parent: nil, reportContents: false) {
             case .watched: watchParent()
             case .missing: anchorRoot()
             case .failed: break
@@ -161,11 +163,12 @@ final class TreeWatcherCore: InotifyObserver {
 
     /// On the processing queue, after `cancel()`: every watch let go; later jobs do nothing.
     private func tearDown() {
-        let leases = confined { () -> [InotifyLease] in
-            guard !tree.stopped else { return [] }
+        let (watches, leases) = confined { () -> ([InotifyWatch], [InotifyLease]) in
+            guard !tree.stopped else { return ([], []) }
             tree.stopped = true
             tree.held = false
-            var leases = tree.directories.values.map(\.lease) + tree.departed.values.map(\.lease)
+            let watches = tree.directories.values.map(\.watch) + tree.departed.values.map(\.directory.watch)
+            var leases: [InotifyLease] = []
             if let anchor = tree.anchor { leases += [anchor.lease] + (anchor.guardLease.map { [$0] } ?? []) }
             if let sentinel = tree.sentinel { leases.append(sentinel) }
             tree.directories.removeAll()
@@ -174,7 +177,11 @@ final class TreeWatcherCore: InotifyObserver {
             tree.anchor = nil
             tree.sentinel = nil
             _ = tree.batch.take()
-            return leases
+            return (watches, leases)
+        }
+        for watch in watches {
+            hub.stopObserving(self, on: watch)
+            hub.release(watch)
         }
         for lease in leases {
             hub.stopObserving(self, on: lease)
@@ -238,15 +245,19 @@ final class TreeWatcherCore: InotifyObserver {
         #endif
     }
 
+    /// A watched directory: its watch (one lease, given back when it is let go) and where
+    /// it is, as its parent's key and its name there; the root's parent is its own key.
+    /// Paths are built from the chain when an event needs one (docs/FileSystem.md, "The
+    /// tree watcher: memory").
     private struct Directory {
-        var path: RawPath
-        let lease: InotifyLease
+        var name: PathComponent
+        let watch: InotifyWatch
+        var parent: ObjectIdentifier
     }
 
-    /// A directory moved away from `path` (see "Moves").
+    /// A directory moved away (see "Moves"): its record as it was before the move.
     private struct Departed {
-        var path: RawPath
-        let lease: InotifyLease
+        var directory: Directory
         /// The cookie of its pending move; nil once that move left the tree (outside).
         var move: UInt32?
         /// The flush at which it went outside.
@@ -257,6 +268,9 @@ final class TreeWatcherCore: InotifyObserver {
     private struct PendingMove {
         let path: RawPath
         let isDirectory: Bool
+        /// The watched directories of that name that moved (one, or none for a file; more
+        /// when a directory of the name was replaced and the old one is not let go yet).
+        let directories: [ObjectIdentifier]
         /// Where its `.removed` sits in the batch (`Int.max` once that batch was collapsed).
         var slot: Int
         var held: [(watch: ObjectIdentifier, event: InotifyEvent)] = []
@@ -369,14 +383,15 @@ final class TreeWatcherCore: InotifyObserver {
             return
         }
         guard let directory = tree.directories[watch] else { return }
+        let isRoot = directory.parent == watch
         let mask = event.mask
         let isDirectory = mask.contains(.isDirectory)
         guard let name = event.name else {
             // About the directory itself.
             if mask.contains(.ignored) || mask.contains(.unmount) {
                 drop(watch)
-                if directory.path == rootPath { rootWentAway() }
-            } else if directory.path == rootPath {
+                if isRoot { rootWentAway() }
+            } else if isRoot {
                 if !mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
                     rootWentAway()
                 } else if mask.contains(.attrib) {
@@ -385,13 +400,14 @@ final class TreeWatcherCore: InotifyObserver {
             }
             return
         }
-        let path = directory.path.appending(name)
+        // A directory whose chain is broken (an ancestor let go) is about to be let go too.
+        guard let path = self.path(of: watch)?.appending(name) else { return }
         if mask.contains(.create) {
             record(.created, path, isDirectory: isDirectory)
-            if isDirectory { addTree(path, reportContents: true) }
+            if isDirectory { addTree(path, parent: watch, reportContents: true) }
         }
-        if mask.contains(.movedFrom) { movedFrom(path, cookie: event.cookie, isDirectory: isDirectory) }
-        if mask.contains(.movedTo) { movedTo(path, cookie: event.cookie, isDirectory: isDirectory) }
+        if mask.contains(.movedFrom) { movedFrom(path, in: watch, name: name, cookie: event.cookie, isDirectory: isDirectory) }
+        if mask.contains(.movedTo) { movedTo(path, in: watch, name: name, cookie: event.cookie, isDirectory: isDirectory) }
         if mask.contains(.delete) {
             record(.removed, path, isDirectory: isDirectory)
         }
@@ -418,36 +434,44 @@ final class TreeWatcherCore: InotifyObserver {
         }
     }
 
-    private func movedFrom(_ path: RawPath, cookie: UInt32, isDirectory: Bool) {
+    /// `name` left the directory `parent` (at `path`).
+    private func movedFrom(_ path: RawPath, in parent: ObjectIdentifier, name: [UInt8], cookie: UInt32, isDirectory: Bool) {
+        let moved = isDirectory ? children(named: PathComponent(name), in: parent) : []
         guard cookie != 0 else {
             record(.removed, path, isDirectory: isDirectory)
-            if isDirectory { dropSubtree(path) }
+            for key in subtrees(of: moved) { drop(key) }
             return
         }
         let slot = tree.batch.record(Change(path: path.string, kind: .removed, isDirectory: isDirectory), at: path)
-        tree.pendingMoves[cookie] = PendingMove(path: path, isDirectory: isDirectory, slot: slot)
-        guard isDirectory else { return }
-        for (key, directory) in tree.directories where directory.path.isWithin(path) {
-            tree.directories[key] = nil
-            tree.departed[key] = Departed(path: directory.path, lease: directory.lease, move: cookie)
+        tree.pendingMoves[cookie] = PendingMove(path: path, isDirectory: isDirectory, directories: moved, slot: slot)
+        for key in subtrees(of: moved) {
+            guard let directory = tree.directories.removeValue(forKey: key) else { continue }
+            tree.departed[key] = Departed(directory: directory, move: cookie)
         }
     }
 
-    private func movedTo(_ path: RawPath, cookie: UInt32, isDirectory: Bool) {
+    /// `name` came into the directory `parent` (at `path`).
+    private func movedTo(_ path: RawPath, in parent: ObjectIdentifier, name: [UInt8], cookie: UInt32, isDirectory: Bool) {
         guard cookie != 0, let move = tree.pendingMoves.removeValue(forKey: cookie) else {
             // Came in from outside (or back): new to the tree, with what is in it.
             record(.created, path, isDirectory: isDirectory)
-            if isDirectory { addTree(path, reportContents: true) }
+            if isDirectory { addTree(path, parent: parent, reportContents: true) }
             return
         }
         tree.batch.retract(move.slot)
         record(.renamed(from: move.path.string), path, isDirectory: isDirectory)
         guard isDirectory else { return }
-        // Its watches follow it: watched again under the new path.
+        // Its watches follow it: the directory that moved hangs under its new parent with
+        // its new name, and the ones below it come back with it.
         var returning = Set<ObjectIdentifier>()
         for (key, departed) in tree.departed where departed.move == cookie {
+            var directory = departed.directory
+            if move.directories.contains(key) {
+                directory.parent = parent
+                directory.name = PathComponent(name)
+            }
             tree.departed[key] = nil
-            tree.directories[key] = Directory(path: departed.path.rebased(from: move.path, to: path), lease: departed.lease)
+            tree.directories[key] = directory
             returning.insert(key)
         }
         if move.letSomeGo {
@@ -456,7 +480,7 @@ final class TreeWatcherCore: InotifyObserver {
             for (watch, event) in move.held where returning.contains(watch) { handle(event, on: watch) }
         }
         // Directories below that were not watched yet (a move during a walk) are found now.
-        addTree(path, reportContents: false)
+        addTree(path, parent: parent, reportContents: false)
     }
 
     /// A batch held for a busy loop that grew past the limit becomes `.mustRescan` of the
@@ -529,56 +553,60 @@ final class TreeWatcherCore: InotifyObserver {
         case watched, missing, failed
     }
 
-    /// Watches `top` and every directory below it; says whether `top` itself is watched,
-    /// missing (it does not exist, any more) or could not be watched (reported). A departed
-    /// directory met on the way is watched again, under the path where it is now.
+    /// Watches `top` (in the directory `parent`; nil: `top` is the root) and every directory
+    /// below it; says whether `top` itself is watched, missing (it does not exist, any
+    /// more) or could not be watched (reported). A departed directory met on the way is
+    /// watched again, where it is now.
     ///
     /// A tree of thousands of directories is the common case at `activate()`: each directory
     /// costs its inotify_add_watch, one open and its getdents64 calls into one buffer for the
-    /// whole walk, and a path only for what goes on the stack or into the batch.
+    /// whole walk, a path only for what goes on the stack or into the batch, and a record
+    /// of 32 bytes in `tree.directories`. A directory met twice (a bind mount of an
+    /// ancestor: a loop) is known by its watch, already recorded under another path.
     @discardableResult
-    private func addTree(_ top: RawPath, reportContents: Bool) -> TreeResult {
-        var stack = [top]
-        var visited = Set<ObjectIdentifier>()
+    private func addTree(_ top: RawPath, parent: ObjectIdentifier?, reportContents: Bool) -> TreeResult {
+        var stack: [(path: RawPath, parent: ObjectIdentifier?)] = [(top, parent)]
         var topResult = TreeResult.missing
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: Self.listingBufferSize, alignment: 8)
         defer { buffer.deallocate() }
         var walked = 0
-        while let directoryPath = stack.popLast() {
+        while let (directoryPath, parentKey) = stack.popLast() {
             walked += 1
             // A cancelled watcher's walk stops early; the teardown job that follows lets go.
             if walked % 256 == 0, isCancelled { break }
-            let lease: InotifyLease
+            let watch: InotifyWatch
             do throws(EventSourceError) {
-                lease = try hub.acquireUnpinned(directory: directoryPath, subject: subject, mask: Self.observedMask)
+                watch = try hub.acquireUnpinnedWatch(directory: directoryPath, subject: subject, mask: Self.observedMask)
             } catch {
                 if error.code == ENOENT || error.code == ENOTDIR { continue }  // gone again, or not a directory
                 if directoryPath == top { topResult = .failed }
                 notWatched(directoryPath, code: error.code)
                 if error.code == ENOSPC {
                     // The limit stays reached for the rest: say so once per directory left.
-                    for rest in stack { notWatched(rest, code: error.code) }
+                    for rest in stack { notWatched(rest.path, code: error.code) }
                     break
                 }
                 continue
             }
-            let key = ObjectIdentifier(lease.watch)
+            let key = ObjectIdentifier(watch)
             if directoryPath == top { topResult = .watched }
-            guard visited.insert(key).inserted else {
-                lease.release()  // reached twice in this walk: a loop
-                continue
-            }
-            if let departed = tree.departed.removeValue(forKey: key) {
+            let name = parentKey == nil ? PathComponent.none : PathComponent(directoryPath.lastComponent)
+            if tree.departed.removeValue(forKey: key) != nil {
                 // Moved out and back in: the same directory, watched as it is, where it is.
-                lease.release()
-                tree.directories[key] = Directory(path: directoryPath, lease: departed.lease)
-            } else if let existing = tree.directories[key] {
-                lease.release()
-                // The same directory under another path (a bind mount of an ancestor): stop.
-                guard existing.path == directoryPath else { continue }
+                hub.release(watch)
+                tree.directories[key] = Directory(name: name, watch: watch, parent: parentKey ?? key)
+            } else if tree.directories[key] != nil {
+                hub.release(watch)
+                if let known = path(of: key) {
+                    // The same directory under another path (a bind mount of an ancestor): stop.
+                    guard known == directoryPath else { continue }
+                } else {
+                    // Its chain broke (an ancestor let go, a move half seen): it is here.
+                    tree.directories[key] = Directory(name: name, watch: watch, parent: parentKey ?? key)
+                }
             } else {
-                hub.observe(self, mask: Self.observedMask, on: lease)
-                tree.directories[key] = Directory(path: directoryPath, lease: lease)
+                hub.observe(self, mask: Self.observedMask, on: watch)
+                tree.directories[key] = Directory(name: name, watch: watch, parent: parentKey ?? key)
             }
             walkHook?(directoryPath.string)
             // List it after the watch exists: nothing created meanwhile is missed.
@@ -597,7 +625,7 @@ final class TreeWatcherCore: InotifyObserver {
                     guard isDirectory || reportContents else { continue }
                     let entry = directoryPath.appending(UnsafeRawBufferPointer(start: name, count: strlen(name)))
                     if reportContents { record(.created, entry, isDirectory: isDirectory) }
-                    if isDirectory { stack.append(entry) }
+                    if isDirectory { stack.append((entry, key)) }
                 }
             }
             close(descriptor)
@@ -617,21 +645,60 @@ final class TreeWatcherCore: InotifyObserver {
         record(.notWatched(reason: reason), path, isDirectory: true)
     }
 
-    /// Lets go the watches of `path` and of every directory below it.
-    private func dropSubtree(_ path: RawPath) {
-        for (key, directory) in tree.directories where directory.path.isWithin(path) { drop(key) }
+    // MARK: The records' chains
+
+    /// The path of a watched directory, built from its chain of parents; nil when the chain
+    /// is broken (an ancestor was let go: its own removal or move is on its way).
+    private func path(of key: ObjectIdentifier) -> RawPath? {
+        guard let directory = tree.directories[key] else { return nil }
+        if directory.parent == key { return rootPath }
+        var names = [directory.name]
+        var current = directory.parent
+        while true {
+            // A chain longer than the table would be a loop.
+            guard let next = tree.directories[current], names.count <= tree.directories.count else { return nil }
+            if next.parent == current { break }
+            names.append(next.name)
+            current = next.parent
+        }
+        var path = rootPath
+        for name in names.reversed() { path.append(name) }
+        return path
+    }
+
+    /// Whether the directory `key` is `ancestor` or below it.
+    private func isWithin(_ key: ObjectIdentifier, _ ancestor: ObjectIdentifier) -> Bool {
+        var current = key
+        for _ in 0...tree.directories.count {
+            if current == ancestor { return true }
+            guard let directory = tree.directories[current], directory.parent != current else { return false }
+            current = directory.parent
+        }
+        return false
+    }
+
+    /// The watched directories `name` in the directory `parent`: one, or more while one
+    /// that was replaced is not let go yet.
+    private func children(named name: PathComponent, in parent: ObjectIdentifier) -> [ObjectIdentifier] {
+        tree.directories.compactMap { $0.value.parent == parent && $0.key != parent && $0.value.name == name ? $0.key : nil }
+    }
+
+    /// `tops` and every watched directory below them.
+    private func subtrees(of tops: [ObjectIdentifier]) -> [ObjectIdentifier] {
+        guard !tops.isEmpty else { return [] }
+        return tree.directories.keys.filter { key in tops.contains { isWithin(key, $0) } }
     }
 
     private func drop(_ key: ObjectIdentifier) {
         guard let directory = tree.directories.removeValue(forKey: key) else { return }
-        hub.stopObserving(self, on: directory.lease)
-        directory.lease.release()
+        hub.stopObserving(self, on: directory.watch)
+        hub.release(directory.watch)
     }
 
     private func dropDeparted(_ key: ObjectIdentifier) {
         guard let departed = tree.departed.removeValue(forKey: key) else { return }
-        hub.stopObserving(self, on: departed.lease)
-        departed.lease.release()
+        hub.stopObserving(self, on: departed.directory.watch)
+        hub.release(departed.directory.watch)
     }
 
     /// The root was removed or moved away: report it, let every watch go, wait for it.
@@ -661,7 +728,7 @@ final class TreeWatcherCore: InotifyObserver {
                 tree.anchor = nil
             }
             if Self.isDirectory(rootPath) {
-                switch addTree(rootPath, reportContents: true) {
+                switch addTree(rootPath, parent: nil, reportContents: true) {
                 case .watched:
                     record(.created, rootPath, isDirectory: true)
                     watchParent()
@@ -747,7 +814,9 @@ final class TreeWatcherCore: InotifyObserver {
             return
         }
         record(.mustRescan, rootPath, isDirectory: true)
-        for (key, directory) in tree.directories where !Self.isDirectory(directory.path) { drop(key) }
-        if addTree(rootPath, reportContents: false) == .missing { rootWentAway() }
+        // Every path is read before any directory is let go (which breaks its children's chain).
+        let gone = tree.directories.keys.filter { key in path(of: key).map { !Self.isDirectory($0) } ?? true }
+        for key in gone { drop(key) }
+        if addTree(rootPath, parent: nil, reportContents: false) == .missing { rootWentAway() }
     }
 }

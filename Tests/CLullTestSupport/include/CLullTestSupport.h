@@ -26,6 +26,11 @@ int lull_fault_hits(lull_call call);
 /// for the tests that keep the runtime's per-object memory in check.
 size_t lull_malloc_usable_size(const void *block);
 
+/// The bytes malloc has handed out and not taken back, over every arena (mallinfo2's
+/// uordblks plus its mmapped blocks): what a structure costs in all, slack and headers
+/// included.
+size_t lull_heap_bytes_in_use(void);
+
 /// Reads the I/O priority of one thread into *value (class << 13 | data): 0 or -errno.
 int lull_get_thread_ioprio(int32_t tid, int *value);
 
