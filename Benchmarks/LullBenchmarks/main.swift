@@ -10,7 +10,7 @@ import Glibc
 enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
         + TimerSourceBenchmarks.all + TaskSleepBenchmark.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all
-        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all
+        + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all + QoSHogsBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
