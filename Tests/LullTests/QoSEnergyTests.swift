@@ -187,6 +187,24 @@ extension LullSuite {
                                                       timerSlack: TimerSlack.threadDefault))
         }
 
+        /// A thread inherits its creator's policy and slack: a worker of a private pool's
+        /// default class, started from one of its background workers (directly, or through
+        /// the thread starter where SCHED_IDLE cannot be left), still runs as default.
+        @Test func aWorkerStartedByABackgroundWorkerRunsWithItsOwnClasssPolicyAndSlack() {
+            let driven = DrivenPool()
+            defer { driven.shutDown() }
+            let creator = Captured<KernelScheduling>()
+            let seen = Captured<KernelScheduling>()
+            let pool = driven.pool
+            pool.submit(Job(work: .block {
+                KernelScheduling.current().map(creator.set)
+                pool.submit(DrivenPool.job { KernelScheduling.current().map(seen.set) })
+            }, qos: QoS(.background), flags: [], context: .empty, group: nil))
+            #expect(creator.await()?.policy == ExpectedEnergy.policy(.background))
+            #expect(seen.await() == KernelScheduling(policy: KernelScheduling.schedOther, nice: expectedNice(.default),
+                                                     timerSlack: TimerSlack.threadDefault))
+        }
+
         @Test func theDetectedCapabilitiesAgreeWithTheKernelsRules() {
             let detected = EnergyCapabilities.current
             #expect(detected.schedIdleWanted == ExpectedEnergy.schedIdleOn)
