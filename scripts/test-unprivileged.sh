@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUITES="${LULL_UNPRIVILEGED_SUITES:-QoSTests|QoSOverrideTests|AsyncAfterTests|TargetQueueTests|SignalSourceTests|SignalDispositionTests|ProcessSourceTests|SourceBadInputTests|FileSystemSourceTests|FileSystemWatcherTests|TimerSlackTests|BlockingWorkTests|ThreadCreationFailureTests|StartupFailureTests|SyscallFaultTests}"
+SUITES="${LULL_UNPRIVILEGED_SUITES:-QoSTests|QoSEnergyTests|QoSOverrideTests|AsyncAfterTests|TargetQueueTests|SignalSourceTests|SignalDispositionTests|ProcessSourceTests|SourceBadInputTests|FileSystemSourceTests|FileSystemWatcherTests|TimerSlackTests|BlockingWorkTests|ThreadCreationFailureTests|StartupFailureTests|SyscallFaultTests}"
 USER_ID=65534  # nobody
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <linux/sockios.h>
+#include <linux/capability.h>
+#include <sched.h>
 
 #define LULL_IOPRIO_CLASS_SHIFT 13
 #define LULL_IOPRIO_CLASS_IDLE 3
@@ -69,6 +71,76 @@ int lull_get_rlimit_nice(uint64_t *limit) {
 int lull_set_thread_io_idle(int32_t tid) {
     int value = LULL_IOPRIO_CLASS_IDLE << LULL_IOPRIO_CLASS_SHIFT;
     return syscall(SYS_ioprio_set, LULL_IOPRIO_WHO_PROCESS, (int)tid, value) == 0 ? 0 : -errno;
+}
+
+int lull_set_thread_sched_idle(int32_t tid, int idle) {
+    struct sched_param parameters = { .sched_priority = 0 };
+    return sched_setscheduler((pid_t)tid, idle ? SCHED_IDLE : SCHED_OTHER, &parameters) == 0 ? 0 : -errno;
+}
+
+int lull_get_thread_policy(int32_t tid) {
+    int policy = sched_getscheduler((pid_t)tid);
+    return policy >= 0 ? (policy & ~SCHED_RESET_ON_FORK) : -errno;
+}
+
+/// struct sched_attr as of Linux 5.3 (SCHED_ATTR_SIZE_VER1, 56 bytes), under a name of its
+/// own: newer C libraries declare the structure too.
+struct lull_sched_attr {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+    uint32_t sched_util_min;
+    uint32_t sched_util_max;
+};
+
+#define LULL_SCHED_FLAG_KEEP_POLICY 0x08
+#define LULL_SCHED_FLAG_KEEP_PARAMS 0x10
+#define LULL_SCHED_FLAG_UTIL_CLAMP_MIN 0x20
+#define LULL_SCHED_FLAG_UTIL_CLAMP_MAX 0x40
+
+int lull_set_thread_util_clamp(int32_t tid, uint32_t util_min, uint32_t util_max) {
+#ifdef SYS_sched_setattr
+    struct lull_sched_attr attributes;
+    memset(&attributes, 0, sizeof attributes);
+    attributes.size = sizeof attributes;
+    attributes.sched_flags = LULL_SCHED_FLAG_KEEP_POLICY | LULL_SCHED_FLAG_KEEP_PARAMS
+        | LULL_SCHED_FLAG_UTIL_CLAMP_MIN | LULL_SCHED_FLAG_UTIL_CLAMP_MAX;
+    attributes.sched_util_min = util_min;
+    attributes.sched_util_max = util_max;
+    return syscall(SYS_sched_setattr, (pid_t)tid, &attributes, 0u) == 0 ? 0 : -errno;
+#else
+    (void)tid; (void)util_min; (void)util_max;
+    return -ENOSYS;
+#endif
+}
+
+int lull_get_thread_util_clamp(int32_t tid, uint32_t *util_min, uint32_t *util_max) {
+#ifdef SYS_sched_getattr
+    struct lull_sched_attr attributes;
+    memset(&attributes, 0, sizeof attributes);
+    if (syscall(SYS_sched_getattr, (pid_t)tid, &attributes, (unsigned)sizeof attributes, 0u) != 0) return -errno;
+    // An older kernel fills fewer bytes and says so in size: no clamps to read.
+    if (attributes.size < sizeof attributes) return -EINVAL;
+    *util_min = attributes.sched_util_min;
+    *util_max = attributes.sched_util_max;
+    return 0;
+#else
+    (void)tid; (void)util_min; (void)util_max;
+    return -ENOSYS;
+#endif
+}
+
+int lull_has_cap_sys_nice(void) {
+    struct __user_cap_header_struct header = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capget, &header, data) != 0) return -errno;
+    return (data[CAP_SYS_NICE / 32].effective >> (CAP_SYS_NICE % 32)) & 1;
 }
 
 // The Swift concurrency runtime's own entry point (exported by libswift_Concurrency, which

@@ -46,6 +46,29 @@ int lull_get_rlimit_nice(uint64_t *limit);
 /// Puts one thread in the idle I/O scheduling class (IOPRIO_CLASS_IDLE): 0 or -errno.
 int lull_set_thread_io_idle(int32_t tid);
 
+/// Puts one thread under SCHED_IDLE (idle != 0) or SCHED_OTHER (sched_setscheduler, which
+/// keeps its nice value): 0 or -errno.
+int lull_set_thread_sched_idle(int32_t tid, int idle);
+
+/// The scheduling policy of one thread (sched_getscheduler: LULL_SCHED_OTHER,
+/// LULL_SCHED_IDLE...), or -errno.
+int lull_get_thread_policy(int32_t tid);
+/// Linux's policy numbers (sched.h declares them only under _GNU_SOURCE).
+#define LULL_SCHED_OTHER 0
+#define LULL_SCHED_IDLE 5
+
+/// Sets one thread's utilization clamps (sched_setattr with SCHED_FLAG_KEEP_ALL and
+/// SCHED_FLAG_UTIL_CLAMP_MIN | _MAX: policy and nice value unchanged), 0...1024 each: 0 or
+/// -errno (-EOPNOTSUPP on a kernel without CONFIG_UCLAMP_TASK).
+int lull_set_thread_util_clamp(int32_t tid, uint32_t util_min, uint32_t util_max);
+
+/// Reads one thread's requested utilization clamps (sched_getattr): 0 or -errno (-E2BIG or
+/// -EINVAL on a kernel whose sched_attr has no clamps).
+int lull_get_thread_util_clamp(int32_t tid, uint32_t *util_min, uint32_t *util_max);
+
+/// Whether the calling thread has CAP_SYS_NICE in its effective set (capget): 1, 0, or -errno.
+int lull_has_cap_sys_nice(void);
+
 /// Whether a Swift task runs on the calling thread (swift_task_getCurrent() != NULL): a few
 /// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
 int lull_in_swift_task(void);

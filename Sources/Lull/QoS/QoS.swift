@@ -74,16 +74,19 @@ public struct QoS: Hashable, Sendable {
         self.relativePriority = 0
     }
 
-    /// Work the user does not see (backups, indexing): nice +15, idle I/O class, the widest
-    /// default timer leeway.
+    /// Work the user does not see (backups, indexing): nice +15 under `SCHED_IDLE` (opt out
+    /// with `LULL_BACKGROUND_SCHED_IDLE=0`), idle I/O class, the widest default timer leeway
+    /// and a 100 ms timer slack, util_max 256 where the kernel clamps utilization.
     public static let background = QoS(.background)
-    /// Long work the user knows about (downloads, imports): nice +5, a wider default timer leeway.
+    /// Long work the user knows about (downloads, imports): nice +5, a wider default timer
+    /// leeway and a 10 ms timer slack, util_max 512 where the kernel clamps utilization.
     public static let utility = QoS(.utility)
     /// The default class, between utility and user-initiated: nice 0.
     public static let `default` = QoS(.default)
     /// Work the user started and waits for (opening a document): nice -5 where allowed.
     public static let userInitiated = QoS(.userInitiated)
-    /// Work on the user's interaction itself (the main thread's class): nice -10 where allowed.
+    /// Work on the user's interaction itself (the main thread's class): nice -10 where allowed,
+    /// util_min 512 where the kernel clamps utilization.
     public static let userInteractive = QoS(.userInteractive)
     /// No QoS: the work takes the QoS it inherits (submitter, queue), as in Dispatch.
     public static let unspecified = QoS(.unspecified)

@@ -13,6 +13,9 @@ import Glibc
 /// | utility | p + 5 | best effort |
 /// | background | p + 15 | idle |
 ///
+/// The scheduling policy (SCHED_IDLE for background), timer slack and utilization clamps
+/// of each class are `EnergyPolicy`'s (docs/EnergyPolicy.md).
+///
 /// `p` is the process's nice value when the runtime starts (`processNice`, 0 unless the
 /// program was started with `nice`), and every value stays in -20...19. Relative priority
 /// adds up to +4 inside the gap between two classes, so it orders work inside a class

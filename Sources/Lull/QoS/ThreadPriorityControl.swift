@@ -24,6 +24,11 @@ final class ThreadPriorityControl: Sendable {
         /// Overrides in force, per class rank (index 0, unspecified, is unused).
         var overrides = [Int](repeating: 0, count: 6)
         var appliedNice: Int32
+        /// Whether Lull has put the thread under SCHED_IDLE (`EnergyPolicy`).
+        var appliedIdle = false
+        /// The utilization clamps Lull requested last (a thread Lull did not create is
+        /// taken to have the kernel's default).
+        var appliedClamp = EnergyPolicy.UtilClamp.unclamped
     }
 
     init(tid: Int32, own: QoS, nice: Int32) {
@@ -41,6 +46,27 @@ final class ThreadPriorityControl: Sendable {
     var appliedNice: Int32 {
         get { state.locked { $0.appliedNice } }
         set { state.locked { $0.appliedNice = newValue } }
+    }
+
+    /// A new worker of `qosClass` takes its class's policy and clamps, whatever it inherited
+    /// from the thread that created it (a background creator's SCHED_IDLE and clamps).
+    func startEnergyPolicy(_ qosClass: QoS.QoSClass) {
+        state.locked { state in
+            if EnergyPolicy.startsIdle(qosClass) {
+                state.appliedIdle = EnergyPolicy.setIdle(true, tid: tid)
+            } else if lull_get_thread_policy(tid) == LULL_SCHED_IDLE {
+                state.appliedIdle = !EnergyPolicy.setIdle(false, tid: tid)
+            }
+            if EnergyPolicy.utilClampUsable {
+                let clamp = EnergyPolicy.utilClamp(for: qosClass)
+                if EnergyPolicy.setUtilClamp(clamp, tid: tid) { state.appliedClamp = clamp }
+            }
+        }
+    }
+
+    /// What Lull last applied of the energy policy (tests).
+    var appliedEnergyPolicy: (idle: Bool, clamp: EnergyPolicy.UtilClamp) {
+        state.locked { ($0.appliedIdle, $0.appliedClamp) }
     }
 
     /// The thread itself starts running work of `qos`.
@@ -88,16 +114,32 @@ final class ThreadPriorityControl: Sendable {
     }
 
     /// Moves the nice value to what the own QoS and the overrides ask for, when the process
-    /// may move it back (otherwise a raise would be one-way and nothing moves).
+    /// may move it back (otherwise a raise would be one-way and nothing moves); and the
+    /// scheduling policy and clamps of the class with it (`EnergyPolicy`).
+    ///
+    /// A thread leaves SCHED_IDLE before its nice value falls: the kernel lets an unprivileged
+    /// process out of SCHED_IDLE by the thread's nice value at that moment (RLIMIT_NICE).
     private func apply(_ state: inout State) {
         let highest = highestOverrideRank.load(ordering: .relaxed)
         let target = highest > state.own.qosClass.rank ? QoS(QoS.QoSClass.byRank[highest]) : state.own
+        let wantsIdle = EnergyPolicy.movesIntoIdle(target.qosClass)
+        let movesIdle = wantsIdle != state.appliedIdle && EnergyPolicy.idleMode != .pinned
+        if movesIdle && !wantsIdle {
+            state.appliedIdle = !EnergyPolicy.setIdle(false, tid: tid)
+        }
         let wanted = ThreadPriority.niceValue(for: target)
         #if DEBUG
         if wanted != state.appliedNice { LockOrder.assertNoSpinLockHeld("setpriority") }
         #endif
         if wanted != state.appliedNice && ThreadPriority.canRaise && lull_set_thread_nice(tid, wanted) == 0 {
             state.appliedNice = wanted
+        }
+        if movesIdle && wantsIdle {
+            state.appliedIdle = EnergyPolicy.setIdle(true, tid: tid)
+        }
+        let clamp = EnergyPolicy.utilClamp(for: target.qosClass)
+        if clamp != state.appliedClamp && EnergyPolicy.utilClampUsable && EnergyPolicy.setUtilClamp(clamp, tid: tid) {
+            state.appliedClamp = clamp
         }
     }
 }

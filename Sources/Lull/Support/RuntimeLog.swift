@@ -6,10 +6,12 @@ enum RuntimeLog {
     static let logger = Logger(label: "lull")
     private static let said = Mutex<Set<String>>([])
 
-    static func once(_ key: String, _ message: () -> String) {
+    /// Logs `message` the first time `key` is said, at `level` (a degradation is a warning;
+    /// a feature this kernel or process does not offer is information).
+    static func once(_ key: String, level: Logger.Level = .warning, _ message: () -> String) {
         let first = said.locked { $0.insert(key).inserted }
         if first {
-            logger.warning("\(message())")
+            logger.log(level: level, "\(message())")
         }
     }
 

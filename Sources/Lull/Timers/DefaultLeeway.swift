@@ -11,6 +11,12 @@ enum DefaultLeeway {
     /// there, reaches it at 40 ms), with room for the coarse clock's tick.
     static let saturatingDelay: UInt64 = 100_000_000
 
+    /// The largest default leeway of `qosClass`, whatever the delay: 1 ms from default up,
+    /// 10 ms for utility, 100 ms for background.
+    static func cap(for qosClass: QoS.QoSClass) -> UInt64 {
+        nanoseconds(for: qosClass, delay: saturatingDelay)
+    }
+
     static func nanoseconds(for qosClass: QoS.QoSClass, delay: UInt64) -> UInt64 {
         switch qosClass {
         case .userInteractive, .userInitiated, .default, .unspecified:

@@ -147,17 +147,21 @@ final class ThreadState {
         return state
     }
 
-    /// Runs `body` with `qos` in force on this thread, moving the thread's nice value when
-    /// the process may move it back; restores everything afterwards.
+    /// Runs `body` with `qos` in force on this thread, moving the thread's nice value,
+    /// policy and clamps when the process may move them back, and its timer slack to the
+    /// class's; restores everything afterwards.
     /// Overrides other threads put on this one stay in force on top.
     func withQoS<T>(_ qos: QoS, _ body: () throws -> T) rethrows -> T {
         let savedQoS = ownQoS
         if qos == savedQoS { return try body() }
         ownQoS = qos
         priority.setOwn(qos)
+        let savedSlack = timerSlack
+        applyTimerSlack(ThreadState.classTimerSlack(qos.qosClass))
         defer {
             ownQoS = savedQoS
             priority.setOwn(savedQoS)
+            applyTimerSlack(savedSlack)
         }
         return try body()
     }

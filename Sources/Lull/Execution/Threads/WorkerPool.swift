@@ -67,7 +67,9 @@ final class WorkerPool: Sendable {
         cpuCount = max(1, online > 0 ? online : 1)
         threadCeiling = max(64, cpuCount * 16)
         classes = QoS.QoSClass.schedulable.map { ClassPool(qosClass: $0) }
-        starter = ThreadPriority.canRaise ? nil : ThreadStarter.make()
+        // The energy policy's capabilities are detected (and what is missing said) once, here.
+        let pinnedIdle = EnergyPolicy.idleMode == .pinned
+        starter = ThreadPriority.canRaise && !pinnedIdle ? nil : ThreadStarter.make()
         self.reactor = reactor
         self.timers = timers
         stallMonitor = StallMonitor(timers: timers)
@@ -300,11 +302,17 @@ final class WorkerPool: Sendable {
     }
 
     /// The starter, when the calling thread would hand a new worker of `qosClass` a nice
-    /// value above its class's (see `ThreadStarter`); nil: the caller creates it itself.
+    /// value above its class's, or SCHED_IDLE where a thread cannot leave it (see
+    /// `ThreadStarter`); nil: the caller creates it itself.
     private func starterFor(_ qosClass: QoS.QoSClass) -> ThreadStarter? {
         guard let starter else { return nil }
+        let tid = lull_gettid()
+        if qosClass != .background && EnergyPolicy.idleMode == .pinned
+            && lull_get_thread_policy(tid) == LULL_SCHED_IDLE {
+            return starter
+        }
         var current: Int32 = 0
-        guard lull_get_thread_nice(lull_gettid(), &current) == 0 else { return nil }
+        guard lull_get_thread_nice(tid, &current) == 0 else { return nil }
         let wanted = ThreadPriority.allowedNiceValue(for: QoS(qosClass))
         return current > wanted && current > starter.niceValue ? starter : nil
     }
@@ -324,7 +332,10 @@ final class WorkerPool: Sendable {
     private func workerMain(_ worker: Worker) {
         let pool = worker.pool
         let thread = ThreadState.installWorker(pool.qosClass, of: self)
+        // The policy first: a worker that inherited SCHED_IDLE leaves it at its inherited nice.
+        thread.priority.startEnergyPolicy(pool.qosClass)
         thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
+        thread.applyTimerSlack(ThreadState.classTimerSlack(pool.qosClass))
         _ = lull_set_thread_name(pool.threadName)
         liveThreadIDs.locked { _ = $0.insert(thread.tid) }
         pool.state.locked { _ = $0.threadIDs.insert(thread.tid) }
