@@ -14,7 +14,8 @@
 ///
 /// `# scope: all excluding PID` is the system-wide form; `# threads: TID...` lines add
 /// threads of the process found while tracing (from that point on); `# tgid: TID TGID` lines
-/// add thread groups the lines do not show (tracefs `saved_tgids`).
+/// add thread groups the lines do not show (tracefs `saved_tgids`); `# task: TID NAME` lines
+/// name threads (/proc/PID/task/TID/comm), for a process that sleeps through the trace.
 public enum KernelTraceDocument {
     /// The first line of a kept kernel trace.
     public static let signature = "# timerfires kernel trace"
@@ -29,6 +30,11 @@ public enum KernelTraceDocument {
             scopeLine = "# scope: all" + (excluding.map { " excluding \($0)" } ?? "")
         }
         return "\(signature)\n\(scopeLine)\n# start: \(start)\n"
+    }
+
+    /// The comment lines that name threads.
+    public static func taskNames(_ names: [Int32: String]) -> String {
+        names.sorted { $0.key < $1.key }.map { "# task: \($0.key) \($0.value)\n" }.joined()
     }
 
     /// The comment line that adds threads found while tracing.
@@ -54,6 +60,7 @@ public enum KernelTraceDocument {
         var start: UInt64?
         var end: UInt64?
         var groups: [Int32: Int32] = [:]
+        var names: [Int32: String] = [:]
         for line in text.split(separator: "\n", omittingEmptySubsequences: true) {
             if line.hasPrefix("#") {
                 let words = line.dropFirst().split(separator: " ")
@@ -68,6 +75,8 @@ public enum KernelTraceDocument {
                     end = words.dropFirst().first.flatMap { UInt64($0) }
                 case "threads:":
                     trace?.add(threads: Set(words.dropFirst().compactMap { Int32($0) }))
+                case "task:":
+                    if words.count >= 3, let tid = Int32(words[1]) { names[tid] = words.dropFirst(2).joined(separator: " ") }
                 case "tgid:":
                     if words.count == 3, let tid = Int32(words[1]), let tgid = Int32(words[2]) { groups[tid] = tgid }
                 default:
@@ -80,6 +89,7 @@ public enum KernelTraceDocument {
         }
         guard var trace else { throw .damaged("it has no scope line (\"# scope: pid PID\" or \"# scope: all\")") }
         trace.learn(threadGroups: groups)
+        trace.learn(taskNames: names)
         return Contents(trace: trace, startTime: start, endTime: end)
     }
 

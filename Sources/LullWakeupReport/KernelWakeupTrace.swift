@@ -116,6 +116,11 @@ public struct KernelWakeupTrace: Sendable {
         if case .process(let pid, let threads) = scope { scope = .process(pid: pid, threads: threads.union(more)) }
     }
 
+    /// Names threads the lines may not show (a process that sleeps through the trace).
+    public mutating func learn(taskNames more: [Int32: String]) {
+        taskNames.merge(more) { known, _ in known }
+    }
+
     /// Adds thread groups learned outside the lines (tracefs `saved_tgids`).
     public mutating func learn(threadGroups more: [Int32: Int32]) {
         threadGroups.merge(more) { known, _ in known }

@@ -1,14 +1,16 @@
 // timerfires-sleep-loop: a plain C program with known timers, for testing `timerfires` on a
 // process that is not a Lull program.
 //
-//   timerfires-sleep-loop [--wait-stdin] COUNT MILLISECONDS [nanosleep|poll|epoll|timerfd]
+//   timerfires-sleep-loop [--wait-signal] COUNT MILLISECONDS [nanosleep|poll|epoll|timerfd]
 //
 // Sleeps COUNT times for MILLISECONDS each, through the named call (nanosleep by default:
-// glibc's nanosleep is clock_nanosleep), then exits. With --wait-stdin it first waits for a
-// byte (or the end) on standard input, so that a tracer can start before the first sleep.
+// glibc's nanosleep is clock_nanosleep), then exits. With --wait-signal it first waits for
+// SIGUSR1 (no timer involved), so that a tracer can start before the first sleep; a starter
+// sees it is ready to take the signal when SIGUSR1 is in SigCgt of /proc/PID/status.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+static volatile sig_atomic_t started = 0;
+
+static void on_start(int signal) {
+    (void)signal;
+    started = 1;
+}
+
 static int fail(const char *what) {
     fprintf(stderr, "timerfires-sleep-loop: %s: %s\n", what, strerror(errno));
     return 1;
@@ -24,13 +33,26 @@ static int fail(const char *what) {
 
 int main(int argc, char **argv) {
     int first = 1;
-    if (argc > 1 && strcmp(argv[1], "--wait-stdin") == 0) {
-        char byte;
-        while (read(0, &byte, 1) < 0 && errno == EINTR) {}
+    if (argc > 1 && strcmp(argv[1], "--wait-signal") == 0) {
+        // Blocked first, caught next: a SIGUSR1 sent once SigCgt shows it is never lost
+        // and never kills the program; sigsuspend takes it.
+        sigset_t start, previous;
+        sigemptyset(&start);
+        sigaddset(&start, SIGUSR1);
+        if (sigprocmask(SIG_BLOCK, &start, &previous) != 0) return fail("sigprocmask");
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = on_start;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(SIGUSR1, &action, NULL) != 0) return fail("sigaction");
+        sigset_t waiting = previous;
+        sigdelset(&waiting, SIGUSR1);
+        while (!started) sigsuspend(&waiting);
+        if (sigprocmask(SIG_SETMASK, &previous, NULL) != 0) return fail("sigprocmask");
         first = 2;
     }
     if (argc - first < 2 || argc - first > 3) {
-        fprintf(stderr, "usage: timerfires-sleep-loop [--wait-stdin] COUNT MILLISECONDS [nanosleep|poll|epoll|timerfd]\n");
+        fprintf(stderr, "usage: timerfires-sleep-loop [--wait-signal] COUNT MILLISECONDS [nanosleep|poll|epoll|timerfd]\n");
         return 2;
     }
     long count = strtol(argv[first], NULL, 10);

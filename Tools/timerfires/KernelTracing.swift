@@ -58,6 +58,15 @@ struct KernelTracing {
         case .process: instance.restrict(to: threads)
         case .system: instance.restrict(excluding: getpid())
         }
+        // The threads' names, taken while they live (a thread that sleeps through the trace
+        // shows in no line as current).
+        var names: [Int32: String] = [:]
+        func nameThreads(_ threads: Set<Int32>) {
+            for tid in threads where names[tid] == nil {
+                if let name = KernelTracing.name(of: tid) { names[tid] = name }
+            }
+        }
+        nameThreads(threads)
         let kept = try keptTrace.map { try KeptTraceWriter(path: $0) }
         var trace = KernelWakeupTrace(scope: scope)
         var baseline: (total: Int, threads: Int)?
@@ -110,6 +119,7 @@ struct KernelTracing {
                         threads.formUnion(current)
                         instance.restrict(to: threads)
                         trace.add(threads: added)
+                        nameThreads(added)
                         try kept?.write(KernelTraceDocument.threads(added))
                     }
                 }
@@ -126,6 +136,9 @@ struct KernelTracing {
         try feed(try instance.read(waitingMilliseconds: 0))
         let groups = instance.savedThreadGroups()
         trace.learn(threadGroups: groups)
+        nameThreads(threads)
+        trace.learn(taskNames: names)
+        try kept?.write(KernelTraceDocument.taskNames(names))
         try kept?.write(KernelTraceDocument.footer(threadGroups: groups.filter { trace.taskNames[$0.key] != nil }, end: end))
         instance.remove()
 
