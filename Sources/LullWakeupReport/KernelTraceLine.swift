@@ -125,34 +125,40 @@ public struct KernelTraceLine: Equatable, Sendable {
             cursor += 1
         }
         cursor += 1  // "]"
-        // The rest: [flags] timestamp ": " event ": " fields.
-        let rest = String(decoding: bytes[min(cursor, bytes.count)...], as: UTF8.self)
-        var words = rest.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-        guard words.count >= 2 else { return nil }
+        // The rest: [flags] timestamp ": " event ": " fields, scanned as bytes.
+        func skipSpaces() { while cursor < bytes.count, bytes[cursor] == UInt8(ascii: " ") { cursor += 1 } }
+        func word() -> Range<Int> {
+            skipSpaces()
+            let begin = cursor
+            while cursor < bytes.count, bytes[cursor] != UInt8(ascii: " ") { cursor += 1 }
+            return begin..<cursor
+        }
+        var first = word()
+        guard !first.isEmpty else { return nil }
         var hard = false
         var soft = false
-        if !words[0].hasSuffix(":") {
-            let flags = Array(words[0].utf8)
-            if flags.count >= 3 {
-                let context = flags[2]
+        if bytes[first.upperBound - 1] != UInt8(ascii: ":") {
+            // The context flags ("d.h2."): the third says hard or soft interrupt (or NMI).
+            if first.count >= 3 {
+                let context = bytes[first.lowerBound + 2]
                 hard = context == UInt8(ascii: "h") || context == UInt8(ascii: "H")
                     || context == UInt8(ascii: "z") || context == UInt8(ascii: "Z")
                 soft = context == UInt8(ascii: "s")
             }
-            words.removeFirst()
-            let remainder = words.joined(separator: " ")
-            words = remainder.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-            guard words.count == 2 else { return nil }
-        } else {
-            words = [words[0], words.dropFirst().joined(separator: " ")[...]]
+            first = word()
         }
-        guard words[0].hasSuffix(":"), let time = parseTimestamp(words[0].dropLast()) else { return nil }
-        let event = words[1]
-        guard let colon = event.firstIndex(of: ":") else { return nil }
-        let name = String(event[..<colon])
-        let fields = String(event[event.index(after: colon)...]).trimmingSpaces()
-        return Header(task: task, tid: tid, tgid: tgid, cpu: cpu, hardInterrupt: hard, softInterrupt: soft,
-                      time: time, eventName: name, fields: fields)
+        guard first.count >= 2, bytes[first.upperBound - 1] == UInt8(ascii: ":"),
+              let time = parseTimestamp(bytes[first.lowerBound..<(first.upperBound - 1)]) else { return nil }
+        let name = word()
+        guard name.count >= 2, bytes[name.upperBound - 1] == UInt8(ascii: ":") else { return nil }
+        skipSpaces()
+        var fieldsEnd = bytes.count
+        while fieldsEnd > cursor, bytes[fieldsEnd - 1] == UInt8(ascii: " ") || bytes[fieldsEnd - 1] == UInt8(ascii: "\r") {
+            fieldsEnd -= 1
+        }
+        return Header(task: task, tid: tid, tgid: tgid, cpu: cpu, hardInterrupt: hard, softInterrupt: soft, time: time,
+                      eventName: String(decoding: bytes[name.lowerBound..<(name.upperBound - 1)], as: UTF8.self),
+                      fields: String(decoding: bytes[cursor..<max(cursor, fieldsEnd)], as: UTF8.self))
     }
 
     private static func event(name: String, fields: String) -> Event? {
@@ -224,18 +230,32 @@ public struct KernelTraceLine: Equatable, Sendable {
     }
 
     /// "10232.471719" (seconds and microseconds; any number of fraction digits).
-    private static func parseTimestamp(_ text: Substring) -> UInt64? {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count <= 2, let seconds = UInt64(parts[0]) else { return nil }
+    private static func parseTimestamp(_ text: ArraySlice<UInt8>) -> UInt64? {
+        var seconds: UInt64 = 0
         var nanoseconds: UInt64 = 0
-        if parts.count == 2 {
-            let digits = Array(parts[1].utf8.prefix(9))
-            guard digits.allSatisfy(isDigit) else { return nil }
-            for position in 0..<9 {
-                nanoseconds = nanoseconds * 10 + (position < digits.count ? UInt64(digits[position] - UInt8(ascii: "0")) : 0)
+        var fractionDigits = -1
+        for byte in text {
+            if byte == UInt8(ascii: ".") {
+                guard fractionDigits < 0 else { return nil }
+                fractionDigits = 0
+                continue
+            }
+            guard isDigit(byte) else { return nil }
+            let digit = UInt64(byte - UInt8(ascii: "0"))
+            if fractionDigits < 0 {
+                let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 10)
+                guard !overflow else { return nil }
+                seconds = scaled + digit
+            } else if fractionDigits < 9 {
+                nanoseconds = nanoseconds * 10 + digit
+                fractionDigits += 1
             }
         }
-        return seconds * 1_000_000_000 + nanoseconds
+        guard !text.isEmpty, text.first != UInt8(ascii: ".") else { return nil }
+        for _ in max(0, fractionDigits)..<9 { nanoseconds *= 10 }
+        let (total, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !overflow else { return nil }
+        return total + nanoseconds
     }
 
     private static func isDigit(_ byte: UInt8) -> Bool {
@@ -247,14 +267,18 @@ public struct KernelTraceLine: Equatable, Sendable {
 /// may hold spaces (a task's name): `value(of:before:)` reads up to the key that follows it.
 private struct FieldReader {
     let text: String
+    /// The space-separated `key=value` words, split once.
+    private let words: [Substring]
 
     init(_ text: String) {
         self.text = text
+        words = text.split(separator: " ")
     }
 
     subscript(key: String) -> String? {
-        for word in text.split(separator: " ") where word.hasPrefix(key + "=") {
-            return String(word.dropFirst(key.count + 1))
+        for word in words where word.count > key.count && word.hasPrefix(key) {
+            let equals = word.index(word.startIndex, offsetBy: key.count)
+            if word[equals] == "=" { return String(word[word.index(after: equals)...]) }
         }
         return nil
     }

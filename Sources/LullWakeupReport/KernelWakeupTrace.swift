@@ -156,6 +156,11 @@ public struct KernelWakeupTrace: Sendable {
             taskNames[line.tid] = line.task
         }
         let inInterrupt = line.inHardInterrupt || line.inSoftInterrupt || line.tid == 0
+        // A timer-wheel callback that wakes a thread does so at once: its context ends at
+        // the CPU's next event other than a waking (`timerfires` does not trace its exit).
+        if case .waking = line.event {} else if case .timer(let key, _, _)? = contexts[line.cpu]?.last, key.hasPrefix("w") {
+            contexts[line.cpu]?.removeLast()
+        }
         switch line.event {
         case .lost:
             break

@@ -207,14 +207,28 @@ extension IndependentSuite {
                 "  <idle>-0 (-------) [000] d.h1. 5.010001: hrtimer_expire_entry: hrtimer=02 function=it_real_fn now=5010000500",
                 "  <idle>-0 (-------) [000] d.h2. 5.010002: sched_waking: comm=p pid=9 prio=120 target_cpu=000",
                 "  <idle>-0 (-------) [000] d.h1. 5.010003: hrtimer_expire_exit: hrtimer=02",
+                "  p-9 (9) [000] d..2. 5.010100: sched_switch: prev_comm=p prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=x next_pid=3 next_prio=120",
+                // A socket wait with a timeout (schedule_timeout): a wheel timer, whose exit is
+                // not traced; its context ends at the CPU's next event.
+                "  x-3 (3) [000] ..s1. 5.020000: timer_expire_entry: timer=03 function=process_timeout now=4297711274 baseclk=4297711274",
+                "  x-3 (3) [000] d.s2. 5.020001: sched_waking: comm=p pid=9 prio=120 target_cpu=000",
+                "  x-3 (3) [000] d..2. 5.020100: sched_switch: prev_comm=x prev_pid=3 prev_prio=120 prev_state=R ==> next_comm=p next_pid=9 next_prio=120",
+                "  p-9 (9) [000] d..2. 5.020200: sched_switch: prev_comm=p prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=x next_pid=3 next_prio=120",
+                "  x-3 (3) [000] ..s1. 5.030000: timer_expire_entry: timer=04 function=delayed_work_timer_fn now=4297711284 baseclk=4297711284",
+                "  x-3 (3) [000] d.s2. 5.030001: sched_waking: comm=kworker pid=44 prio=120 target_cpu=000",
+                "  x-3 (3) [000] ..s1. 5.030002: timer_start: timer=05 function=tcp_delack_timer expires=4297711300 [timeout=16] bucket_expiry=4297711300 cpu=0 idx=16 flags=",
+                // In a soft interrupt whose entry is not traced: a soft interrupt, unnamed.
+                "  x-3 (3) [000] d.s2. 5.030003: sched_waking: comm=p pid=9 prio=120 target_cpu=000",
             ] {
                 trace.consume(line[...])
             }
             let report = KernelWakeupReport(trace: trace, groupingBySite: true)
             #expect(Set(report.timers.map { "\($0.function) \($0.syscall) \($0.threads)" })
-                == ["hrtimer_wakeup ? p[9]", "it_real_fn kernel p[9]"])
+                == ["hrtimer_wakeup ? p[9]", "it_real_fn kernel p[9]", "process_timeout ? p[9]"])
             #expect(report.timers.first { $0.function == "hrtimer_wakeup" }?.slackMilliseconds == nil)
-            #expect(report.wakeups.timer.count == 2)
+            #expect(report.timers.first { $0.function == "process_timeout" }?.slackMilliseconds == nil)
+            #expect(report.wakeups.timer.count == 3)
+            #expect(report.causes.contains { $0.kind == "interrupt" && $0.source == "softirq" && $0.wakeups.count == 1 })
             #expect(report.coalescing.windows == 1)
         }
 

@@ -133,7 +133,12 @@ struct KernelTracing {
         }
         let end = monotonicNow()
         instance.stop()
-        try feed(try instance.read(waitingMilliseconds: 0))
+        // Everything recorded until the stop is read, however far behind the reader is.
+        while true {
+            let rest = try instance.read(waitingMilliseconds: 0)
+            if rest.isEmpty { break }
+            try feed(rest)
+        }
         let groups = instance.savedThreadGroups()
         trace.learn(threadGroups: groups)
         nameThreads(threads)

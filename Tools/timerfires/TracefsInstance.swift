@@ -14,7 +14,7 @@ final class TracefsInstance {
     /// attribution needs); `sched_wakeup` replaces it on kernels without it.
     static let events = [
         "timer/hrtimer_start", "timer/hrtimer_expire_entry", "timer/hrtimer_expire_exit",
-        "timer/timer_start", "timer/timer_expire_entry", "timer/timer_expire_exit",
+        "timer/timer_start", "timer/timer_expire_entry",
         "irq/irq_handler_entry", "irq/irq_handler_exit", "irq/softirq_entry", "irq/softirq_exit",
         "sched/sched_waking", "sched/sched_switch", "raw_syscalls/sys_enter", "raw_syscalls/sys_exit",
     ]
@@ -55,6 +55,18 @@ final class TracefsInstance {
             try instance.write("mono", to: "trace_clock")
             try instance.write("\(bufferKilobytes)", to: "buffer_size_kb")
             try instance.write("1", to: "options/record-tgid")
+            // The network's, the timer wheel's, the scheduler's and RCU's soft interrupts can
+            // run tens of thousands of times a second on a busy machine: they are left out
+            // (a waking inside one still shows as a soft interrupt, by its line's flags). The
+            // block, tasklet and high-priority ones stay, named.
+            for event in ["softirq_entry", "softirq_exit"] where instance.exists("events/irq/\(event)") {
+                try instance.write("vec == 0 || vec == 4 || vec == 5 || vec == 6", to: "events/irq/\(event)/filter")
+            }
+            // Of the timer wheel's expiries, only schedule_timeout's wakes a thread itself (a
+            // socket wait with a timeout, a kernel thread's sleep); the others (network
+            // protocol timers, delayed work) are the bulk. Its exit is not traced: the
+            // attribution ends a wheel timer's context at its CPU's next event.
+            try instance.write("function.function == process_timeout", to: "events/timer/timer_expire_entry/filter")
             if let filter = KernelTimerSyscalls.filter {
                 try instance.write(filter, to: "events/raw_syscalls/sys_enter/filter")
                 try instance.write(filter, to: "events/raw_syscalls/sys_exit/filter")
@@ -89,7 +101,7 @@ final class TracefsInstance {
     private static let essential: Set = ["timer/hrtimer_start", "timer/hrtimer_expire_entry", "timer/hrtimer_expire_exit",
                                          "sched/sched_wakeup", "sched/sched_switch"]
 
-    private func exists(_ file: String) -> Bool {
+    func exists(_ file: String) -> Bool {
         access("\(path)/\(file)", F_OK) == 0
     }
 
@@ -112,7 +124,8 @@ final class TracefsInstance {
                 try? write("(\(ids)) && (\(current))", to: "events/raw_syscalls/sys_exit/filter")
             }
             try? write("\(current) || \(inInterrupt)", to: "events/timer/hrtimer_start/filter")
-            try? write("\(current) || \(inInterrupt)", to: "events/timer/timer_start/filter")
+            // A wheel timer re-armed in an interrupt is the network's, never the process's.
+            try? write(current, to: "events/timer/timer_start/filter")
             let woken = sorted.map { "pid == \($0)" }.joined(separator: " || ")
             try? write(woken, to: "events/sched/sched_waking/filter")
             try? write(woken, to: "events/sched/sched_wakeup/filter")
