@@ -1,6 +1,8 @@
 extension KernelWakeupReport {
     /// Cause rows printed at most (the JSON has them all).
     static let printedCauses = 25
+    /// Timer rows printed at most for every process (the JSON has them all).
+    static let printedSystemTimers = 40
 
     /// The report for people: the timers by site, the wake-ups by cause, then the totals.
     public func formatted() -> String {
@@ -16,7 +18,8 @@ extension KernelWakeupReport {
         lines.append("")
         var table = [[system ? "PROCESS" : nil, "TIMER", "SYSCALL", "THREADS", "TIMERS", "FIRES", "INTERVAL", "SLACK",
                       "LATE MEAN", "LATE P99", "WOKE", "SHARED"].compactMap { $0 }]
-        for row in timers {
+        let printedTimers = system ? Array(timers.prefix(KernelWakeupReport.printedSystemTimers)) : timers
+        for row in printedTimers {
             table.append([system ? row.process ?? "?" : nil, row.function, row.syscall, row.threads, "\(row.timers)",
                           "\(row.fires)", milliseconds(row.meanIntervalMilliseconds), milliseconds(row.slackMilliseconds),
                           milliseconds(row.meanLatenessMilliseconds), milliseconds(row.p99LatenessMilliseconds),
@@ -26,6 +29,9 @@ extension KernelWakeupReport {
             lines.append("No timer fired.")
         } else {
             lines += alignedColumns(table, leftColumns: system ? 4 : 3)
+            if printedTimers.count < timers.count {
+                lines.append("(and \(timers.count - printedTimers.count) more timer rows; --json lists them all)")
+            }
         }
         lines.append("")
         if causes.isEmpty {

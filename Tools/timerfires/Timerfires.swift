@@ -142,7 +142,10 @@ struct Timerfires: ParsableCommand {
 
     /// A kept trace: Lull's binary trace, or the kernel's text (`KernelTraceDocument`).
     private func readKeptTrace(_ path: String) throws -> (String, String?) {
-        if let text = KernelSwitches.readSmallFile(path), text.hasPrefix(KernelTraceDocument.signature) {
+        if TraceFile.starts(path, with: KernelTraceDocument.signature) {
+            guard let text = KernelSwitches.readSmallFile(path) else {
+                throw ToolError("cannot read \(path): \(String(cString: strerror(errno)))")
+            }
             return (render(try KernelTracing.report(keptAt: path, text: text, groupingBySite: group)), nil)
         }
         let collected = try Collected(traceFile: path)
