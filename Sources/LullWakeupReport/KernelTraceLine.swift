@@ -123,6 +123,7 @@ public struct KernelTraceLine: Equatable, Sendable {
         while cursor < bytes.count, isDigit(bytes[cursor]) {
             cpu = cpu * 10 + Int(bytes[cursor] - UInt8(ascii: "0"))
             cursor += 1
+            guard cpu < 1 << 20 else { return nil }
         }
         cursor += 1  // "]"
         // The rest: [flags] timestamp ": " event ": " fields, scanned as bytes.
@@ -255,7 +256,8 @@ public struct KernelTraceLine: Equatable, Sendable {
         for _ in max(0, fractionDigits)..<9 { nanoseconds *= 10 }
         let (total, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         guard !overflow else { return nil }
-        return total + nanoseconds
+        let (time, carry) = total.addingReportingOverflow(nanoseconds)
+        return carry ? nil : time
     }
 
     private static func isDigit(_ byte: UInt8) -> Bool {

@@ -145,7 +145,10 @@ public struct KernelWakeupReport: Sendable {
             }.sorted()
             let threads = fires.compactMap { $0.owner ?? $0.firstWoken }
             var seen = Set<Int32>()
-            let span = Double(fires.last!.time - fires.first!.time) / 1e6
+            // Fires come in trace order; their times, taken from each CPU's timer base, may
+            // step back by microseconds across CPUs.
+            let times = fires.map(\.time)
+            let span = Double(times.max()! - times.min()!) / 1e6
             return TimerRow(
                 process: key.process, function: key.function, syscall: key.syscall,
                 threads: threads.filter { seen.insert($0).inserted }.map(thread).joined(separator: ", "),

@@ -114,6 +114,13 @@ extension IndependentSuite {
             #expect(KernelTraceLine("# tracer: nop") == nil)
             #expect(KernelTraceLine("  x-1 (1) [000] ..... 1.0: kmalloc: call_site=x") == nil)
             #expect(KernelTraceLine("garbage") == nil)
+            // Damaged text is refused, never trapped on.
+            #expect(KernelTraceLine("  x-1 (1) [99999999999999999999999] ..... 1.0: sys_exit: NR 7 = 0") == nil)
+            #expect(KernelTraceLine("  x-1 (1) [000] ..... 99999999999999999999.0: sys_exit: NR 7 = 0") == nil)
+            #expect(KernelTraceLine("  x-1 (1) [000] ..... 18446744073.999999999: sys_exit: NR 7 = 0") == nil)
+            #expect(KernelTraceLine("  x-1 (1) [000] ..... .5: sys_exit: NR 7 = 0") == nil)
+            #expect(KernelTraceLine("  x-1 (1) [000] ..... 1.0: sched_waking: comm=a pid=99999999999 prio=1") == nil)
+            #expect(KernelTraceLine("  x-1 (1) [000]") == nil)
         }
 
         @Test func attributesEachWakeupToItsCause() throws {
