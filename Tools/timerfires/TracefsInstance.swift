@@ -30,6 +30,8 @@ final class TracefsInstance {
     let path: String
     private var pipe: Int32 = -1
     private var removed = false
+    /// Events left off because their filter could not be set.
+    private var skipped: Set<String> = []
 
     private init(root: String, path: String) {
         self.root = root
@@ -66,7 +68,13 @@ final class TracefsInstance {
             // socket wait with a timeout, a kernel thread's sleep); the others (network
             // protocol timers, delayed work) are the bulk. Its exit is not traced: the
             // attribution ends a wheel timer's context at its CPU's next event.
-            try instance.write("function.function == process_timeout", to: "events/timer/timer_expire_entry/filter")
+            // A kernel without `.function` filters refuses it: the wheel's
+            // expiries are then left out, and its rare wake-ups show as a soft interrupt.
+            do {
+                try instance.write("function.function == process_timeout", to: "events/timer/timer_expire_entry/filter")
+            } catch {
+                instance.skipped.insert("timer/timer_expire_entry")
+            }
             if let filter = KernelTimerSyscalls.filter {
                 try instance.write(filter, to: "events/raw_syscalls/sys_enter/filter")
                 try instance.write(filter, to: "events/raw_syscalls/sys_exit/filter")
@@ -80,7 +88,7 @@ final class TracefsInstance {
 
     /// Turns the events on and opens the pipe.
     func start() throws {
-        for event in TracefsInstance.events {
+        for event in TracefsInstance.events where !skipped.contains(event) {
             var name = event
             if name == "sched/sched_waking" && !exists("events/\(name)") { name = "sched/sched_wakeup" }
             guard exists("events/\(name)") else {
