@@ -81,6 +81,46 @@ extension IndependentSuite {
             #expect((coalescing["optimalWakeups"]?.integer ?? 0) >= 19, "sleeps 50 ms apart cannot share a wake-up")
         }
 
+        /// The timer example on Apple's Dispatch, seen by the kernel: its four repeating
+        /// timers and delayed blocks with no leeway (about 58 handler fires a second, on
+        /// fewer distinct deadlines) arm one timerfd, which wakes the process about as often.
+        @Test(.enabled(if: canTrace, "needs root and a kernel with tracefs"))
+        func reportsTheTimersOfADispatchProgram() throws {
+            let program = try spawn(try ToolProcess.executable("timer-coalescing"),
+                                    ["--leeway-ms", "0", "--rounds", "3", "--runtime", "dispatch"])
+            defer {
+                kill(program, SIGKILL)
+                _ = ToolProcess.reap(program)
+            }
+            // Dispatch's threads are up once the first timer is armed.
+            try #require(waitUntil { KernelTimerfiresTests.threadCount(program) >= 2 })
+            let outcome = try ToolProcess.run(try ToolProcess.executable("timerfires"),
+                                              ["--json", "-g", "--kernel", "--mount-tracefs", "--pid", "\(program)",
+                                               "--seconds", "1"], timeoutSeconds: 30)
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            let report = try ParsedJSON.parse(outcome.standardOutput)
+            let seconds = try #require(report["durationSeconds"]?.number)
+            let rows = try #require(report["timers"]?.array)
+            let timerfd = rows.filter { $0["function"]?.string == "timerfd_tmrproc" }
+            #expect(timerfd.contains { $0["syscall"]?.string == "timerfd_settime" }, "\(rows)")
+            let fires = timerfd.compactMap { $0["fires"]?.integer }.reduce(0, +)
+            let rate = Double(fires) / seconds
+            #expect(rate >= 25 && rate <= 120, "\(fires) timerfd fires in \(seconds) s")
+            // Each timerfd wake-up is one of its fires; a fire finds its thread asleep unless
+            // the handlers of the fire before are still running.
+            let causes = try #require(report["causes"]?.array)
+            let woken = causes.filter {
+                $0["kind"]?.string == "timer" && $0["source"]?.string?.hasSuffix("timerfd_tmrproc") == true
+            }.compactMap { $0["wakeups"]?["count"]?.integer }.reduce(0, +)
+            #expect(woken <= fires && woken >= fires / 2, "\(woken) wake-ups by the timerfd, \(fires) fires")
+        }
+
+        static func threadCount(_ pid: pid_t) -> Int {
+            guard let status = KernelSwitches.readSmallFile("/proc/\(pid)/status"),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Threads:") }) else { return 0 }
+            return Int(line.dropFirst("Threads:".count).drop { $0 == " " || $0 == "\t" }) ?? 0
+        }
+
         @Test func kernelModeErrors() throws {
             let tool = try ToolProcess.executable("timerfires")
             let gone = try ToolProcess.spawn("/bin/true", [])
