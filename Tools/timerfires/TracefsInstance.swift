@@ -217,14 +217,12 @@ final class TracefsInstance {
 
     /// Where tracefs is mounted; with `mounting` (and as root), mounts it where it belongs.
     private static func root(mounting: Bool) throws -> String {
-        for candidate in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        where access("\(candidate)/events", F_OK) == 0 || access("\(candidate)/instances", F_OK) == 0 {
-            return candidate
+        for candidate in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+            if access("\(candidate)/instances", F_OK) == 0 { return candidate }
+            // tracefs (and debugfs) are root's: another user cannot even look inside.
+            if errno == EACCES { throw permissionError(candidate) }
         }
         let home = "/sys/kernel/tracing"
-        if access("/sys/kernel", F_OK) == 0 && access(home, F_OK) != 0 && errno == EACCES {
-            throw permissionError(home)
-        }
         guard access(home, F_OK) == 0 else {
             throw ToolError("this kernel has no tracefs (\(home) does not exist): it was built without tracing")
         }
@@ -242,7 +240,7 @@ final class TracefsInstance {
     }
 
     private static func permissionError(_ root: String) -> ToolError {
-        ToolError("reading the kernel's tracepoints needs root: \(root) is not writable by this user "
+        ToolError("reading the kernel's tracepoints needs root: \(root) is not open to this user "
             + "(CAP_PERFMON is not enough unless tracefs is mounted with a gid= of one of your groups); "
             + "run timerfires with sudo")
     }
