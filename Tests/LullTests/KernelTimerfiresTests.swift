@@ -96,7 +96,7 @@ extension IndependentSuite {
             try #require(waitUntil { KernelTimerfiresTests.threadCount(program) >= 2 })
             let outcome = try ToolProcess.run(try ToolProcess.executable("timerfires"),
                                               ["--json", "-g", "--kernel", "--mount-tracefs", "--pid", "\(program)",
-                                               "--seconds", "1"], timeoutSeconds: 30)
+                                               "--seconds", "0.5"], timeoutSeconds: 30)
             #expect(outcome.status == 0, "\(outcome.standardError)")
             let report = try ParsedJSON.parse(outcome.standardOutput)
             let seconds = try #require(report["durationSeconds"]?.number)
