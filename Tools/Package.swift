@@ -9,6 +9,7 @@ let package = Package(
     name: "LullTools",
     products: [
         .executable(name: "timerfires", targets: ["timerfires"]),
+        .executable(name: "timerfires-sleep-loop", targets: ["timerfires-sleep-loop"]),
     ],
     dependencies: [
         .package(name: "Lull", path: ".."),
@@ -22,6 +23,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "timerfires"
+        ),
+        // A plain C program with known timers (nanosleep, poll, epoll_wait, timerfd), which
+        // the tests trace through the kernel's tracepoints: timerfires on a process that is
+        // not a Lull program.
+        .executableTarget(
+            name: "timerfires-sleep-loop",
+            path: "timerfires-sleep-loop"
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -8,6 +8,8 @@
 //   timer-coalescing --leeway-ms N   one run with leeway N ms (for `timerfires -- ...`)
 //   timer-coalescing --burn-ms N     also burn N ms of CPU on a utility queue
 //   timer-coalescing --rounds N      with --leeway-ms: run N times over (for `timerfires --pid`)
+//   timer-coalescing --runtime dispatch  with --leeway-ms: the same timers on Apple's Dispatch
+//                                    (for `timerfires --kernel --pid`, side by side with Lull)
 //   timer-coalescing --task-sleep    the same plans as tasks looping on
 //                                    `CoalescingClock.sleep(until:tolerance:)`, the leeway as
 //                                    their tolerance (no delayed blocks, no burn)
@@ -32,8 +34,10 @@ checkCommandLine(usage: """
       --leeway-ms N    one run with leeway N ms (for `timerfires -- ...`)
       --rounds N       with --leeway-ms: run N times over (for `timerfires --pid`)
       --burn-ms N      also burn N ms of CPU on a utility queue
+      --runtime R      with --leeway-ms: lull (the default) or dispatch (Apple's Dispatch,
+                       the same timers, for `timerfires --kernel --pid` side by side)
       --help           show this text
-    """, valueOptions: ["--leeway-ms", "--burn-ms", "--rounds"])
+    """, valueOptions: ["--leeway-ms", "--burn-ms", "--rounds", "--runtime"])
 
 struct TimerPlan {
     let label: String
@@ -121,6 +125,7 @@ func runSleepingTasks(leewayMilliseconds: Int) -> String {
 
 /// One run of whichever kind the command line asked for.
 func runOnce(leewayMilliseconds: Int, burnMilliseconds: Int) -> String {
+    if runtime == "dispatch" { return runDispatchTimers(leewayMilliseconds: leewayMilliseconds) }
     if CommandLine.arguments.contains("--task-sleep") { return runSleepingTasks(leewayMilliseconds: leewayMilliseconds) }
     return runTimers(leewayMilliseconds: leewayMilliseconds, burnMilliseconds: burnMilliseconds)
 }
@@ -166,6 +171,15 @@ func printError(_ text: String) {
     line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
 }
 
+let runtime: String = {
+    let arguments = CommandLine.arguments
+    guard let index = arguments.firstIndex(of: "--runtime"), index + 1 < arguments.count else { return "lull" }
+    guard ["lull", "dispatch"].contains(arguments[index + 1]) else {
+        printError("timer-coalescing: --runtime is lull or dispatch, not '\(arguments[index + 1])'")
+        exit(2)
+    }
+    return arguments[index + 1]
+}()
 let burn = option("--burn-ms") ?? 0
 if let leeway = option("--leeway-ms") {
     for _ in 0..<max(1, option("--rounds") ?? 1) {

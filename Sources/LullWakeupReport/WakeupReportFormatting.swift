@@ -87,15 +87,19 @@ extension WakeupReport {
         fixed(value, value < 10 ? 2 : 1) + " ms"
     }
 
-    /// Rows padded to their columns' widths; the first `leftColumns` align left.
     private func aligned(_ rows: [[String]], leftColumns: Int) -> [String] {
-        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
-        return rows.map { row in
-            row.enumerated().map { column, cell in
-                let padding = String(repeating: " ", count: widths[column] - cell.count)
-                return column < leftColumns ? cell + padding : padding + cell
-            }.joined(separator: "  ").trimmingSuffix()
-        }
+        alignedColumns(rows, leftColumns: leftColumns)
+    }
+}
+
+/// Rows padded to their columns' widths; the first `leftColumns` align left.
+func alignedColumns(_ rows: [[String]], leftColumns: Int) -> [String] {
+    let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+    return rows.map { row in
+        row.enumerated().map { column, cell in
+            let padding = String(repeating: " ", count: widths[column] - cell.count)
+            return column < leftColumns ? cell + padding : padding + cell
+        }.joined(separator: "  ").trimmingSuffix()
     }
 }
 

@@ -73,10 +73,10 @@ struct Attachment {
             close(descriptor)
             if code == ECONNREFUSED || code == ENOENT {
                 if socketTurnedOff() {
-                    throw ToolError("process \(pid) turned its diagnostics socket off (\(DiagnosticsEnvironment.socketSwitch)=off "
-                        + "in its environment): nothing can attach to it")
+                    throw NotALullProgram(reason: "process \(pid) turned its diagnostics socket off "
+                        + "(\(DiagnosticsEnvironment.socketSwitch)=off in its environment)")
                 }
-                throw ToolError("process \(pid) is not a Lull program (it has no Lull diagnostics socket)")
+                throw NotALullProgram(reason: "process \(pid) is not a Lull program (it has no Lull diagnostics socket)")
             }
             throw ToolError("cannot reach process \(pid): \(String(cString: strerror(code)))")
         }
@@ -137,4 +137,10 @@ struct Attachment {
             if sigtimedwait(&interrupt, nil, &step) == SIGINT { return false }
         }
     }
+}
+
+/// The process has no Lull diagnostics socket to attach to (not a Lull program, or one that
+/// turned the socket off): `timerfires` reads the kernel's tracepoints instead.
+struct NotALullProgram: Error {
+    let reason: String
 }

@@ -27,4 +27,22 @@ struct TraceFile {
     func discard() {
         if !kept { unlink(path) }
     }
+
+    /// Whether the file at `path` starts with `prefix` (false if it cannot be read): a kept
+    /// kernel trace is text, Lull's trace is binary.
+    static func starts(_ path: String, with prefix: String) -> Bool {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        let expected = Array(prefix.utf8)
+        var bytes = [UInt8](repeating: 0, count: expected.count)
+        var filled = 0
+        while filled < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + filled, $0.count - filled) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return false }
+            filled += count
+        }
+        return bytes == expected
+    }
 }
