@@ -79,6 +79,10 @@ int lull_in_swift_task(void) {
     return swift_task_getCurrent() != 0;
 }
 
+uintptr_t lull_current_swift_task(void) {
+    return (uintptr_t)swift_task_getCurrent();
+}
+
 int lull_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
 }

@@ -138,5 +138,26 @@ extension LullSuite {
             }
             #expect(outcomes.fired + outcomes.cancelled == 300)
         }
+
+        /// A thousand one-hour sleeps (without `install()`), cancelled: each throws, the
+        /// engine holds none of them, and the reactor is disarmed, so they cost no wake-up.
+        @Test func cancelledSleepsLeaveNoTimerAndNoArmedWakeUp() async throws {
+            let driven = DrivenEngine()
+            let deadline = Deadline.now() + .seconds(3_600)
+            let tasks = (0..<1_000).map { _ in
+                Task {
+                    try await CoalescingClock.sleep(until: deadline, tolerance: .seconds(1), on: driven.engine)
+                }
+            }
+            #expect(waitUntil { driven.engine.count == 1_000 })
+            #expect(driven.recorder.applied != nil)
+            for task in tasks { task.cancel() }
+            for task in tasks {
+                await #expect(throws: CancellationError.self) { try await task.value }
+            }
+            #expect(driven.engine.count == 0)
+            #expect(driven.recorder.applied == nil, "still armed for cancelled sleeps")
+            #expect(driven.runUntilIdle() == 0)
+        }
     }
 }
