@@ -321,9 +321,9 @@ final class WorkerPool: Sendable {
         thread.niceValue = ThreadPriority.apply(QoS(pool.qosClass), tid: thread.tid)
         _ = lull_set_thread_name(pool.threadName)
         liveThreadIDs.locked { _ = $0.insert(thread.tid) }
-        pool.state.locked { _ = $0.threadIDs.insert(thread.tid) }
+        pool.state.locked { $0.workers[thread.tid] = worker.activity }
         defer {
-            pool.state.locked { _ = $0.threadIDs.remove(thread.tid) }
+            pool.state.locked { $0.workers[thread.tid] = nil }
             liveThreadIDs.locked { _ = $0.remove(thread.tid) }
             totalThreads.subtract(1, ordering: .relaxed)
         }
@@ -372,12 +372,12 @@ final class WorkerPool: Sendable {
             start(cascade, in: pool)
             switch consume next {
             case .job(let job):
-                runTimed(job, thread: thread, pool: pool)
+                runTimed(job, thread: thread, pool: pool, activity: worker.activity)
             case .poll:
                 poll(worker: worker, thread: thread)
             case .spin:
                 switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
-                case .job(let job): runTimed(job, thread: thread, pool: pool)
+                case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
                 case .lookAgain: continue
                 case .idle: if !parkUntilClaimed(worker, pool: pool) { return }
                 }
@@ -412,7 +412,7 @@ final class WorkerPool: Sendable {
         var batch = Fifo<Job>()
         swap(&batch, &thread.inlineBatch)
         pool.state.locked { $0.running += 1 }
-        runInline(&batch, thread: thread, pool: pool)
+        runInline(&batch, thread: thread, pool: pool, activity: worker.activity)
     }
 
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
@@ -424,11 +424,13 @@ final class WorkerPool: Sendable {
     /// "Long" is judged by the wall clock, then confirmed by the thread's CPU clock (read once
     /// per batch of several jobs, and again only for a job slow by the wall clock): a job that
     /// was merely preempted on a busy machine is no reason to wake another thread.
-    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool) {
+    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         while let job = batch.popFirst() {
             let started = SystemClock.monotonicNanoseconds()
+            activity.enterJob()
             JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+            activity.leaveJob()
             guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                   SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
             let helper = pool.state.locked { state -> Helper in
@@ -442,10 +444,12 @@ final class WorkerPool: Sendable {
 
     /// Runs a job; after a slow job with work still queued, recruits a helper (work kept
     /// for this thread must not wait behind slow work).
-    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
+    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
+        activity.enterJob()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        activity.leaveJob()
         let duration = SystemClock.coarseMonotonicNanoseconds() &- start
         if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
@@ -531,7 +535,8 @@ final class ClassPool: Sendable {
         var running = 0
         var threads = 0
         var blocked = 0
-        var threadIDs: Set<Int32> = []
+        /// The live workers by kernel tid, with what the stall check reads of them.
+        var workers: [Int32: WorkerActivity] = [:]
         /// 1 while a worker of the class spins waiting for work.
         var spinning = 0
         /// Workers woken or started for queued work that have not taken it yet.
@@ -586,6 +591,8 @@ final class Worker: Sendable {
     let wokenForWork = Atomic<Bool>(false)
     /// Names this worker in `WorkerPool.pollerSlot`; unique for the process's lifetime.
     let token: UInt64
+    /// Which job the worker is in, for the stall check.
+    let activity = WorkerActivity()
 
     private static let lastToken = Atomic<UInt64>(0)
 
