@@ -308,6 +308,8 @@ final class WorkerPool: Sendable {
         case poll
         case spin
         case park
+        /// A thread back from polling with its class over its CPU count: it exits.
+        case retire
     }
 
     /// How long a worker that ran out of work spins before it sleeps (pause instructions,
@@ -328,6 +330,7 @@ final class WorkerPool: Sendable {
             totalThreads.subtract(1, ordering: .relaxed)
         }
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
+        var backFromPoll = false
         while true {
             var cascade = Helper.none
             let next = pool.state.locked { state -> Next in
@@ -353,6 +356,17 @@ final class WorkerPool: Sendable {
                         return .poll
                     }
                 }
+                // Back from polling (which it was started or claimed for while every worker
+                // was busy) with the class over its CPU count: the thread retires rather
+                // than run jobs on top of the others. Staying, it would be one more thread
+                // competing for the same cores, and the next poll needed while all are busy
+                // would start yet another (the stall check's own look needs one every
+                // interval while the class is saturated), up to the pool's ceiling.
+                if backFromPoll && state.running > cpuCount {
+                    state.running -= 1
+                    state.threads -= 1
+                    return .retire
+                }
                 if let job = state.popJob(pool) {
                     if !state.jobs.isEmpty { cascade = recruit(&state) }
                     return .job(job)
@@ -370,11 +384,15 @@ final class WorkerPool: Sendable {
                 return .park
             }
             start(cascade, in: pool)
+            backFromPoll = false
             switch consume next {
             case .job(let job):
                 runTimed(job, thread: thread, pool: pool, activity: worker.activity)
             case .poll:
                 poll(worker: worker, thread: thread)
+                backFromPoll = true
+            case .retire:
+                return
             case .spin:
                 switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
                 case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
