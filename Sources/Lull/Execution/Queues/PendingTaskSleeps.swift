@@ -64,7 +64,7 @@ final class PendingTaskSleeps: Sendable {
     /// Maps `entry`'s task to it, before the entry goes into the engine. A sleep still
     /// mapped to the task is over (the task runs): it ends now.
     func register(_ entry: TaskSleepEntry) {
-        let previous = shard(entry.task).map.withLock { map -> TaskSleepEntry? in
+        let previous = shard(entry.task).map.locked { map -> TaskSleepEntry? in
             let previous = map.updateValue(entry, forKey: entry.task)
             if previous == nil { mapped.add(1, ordering: .sequentiallyConsistent) }
             return previous
@@ -83,7 +83,7 @@ final class PendingTaskSleeps: Sendable {
 
     /// Ends the pending sleep of `task`, if it has one.
     func endSleep(ofTask task: UInt) {
-        let entry = shard(task).map.withLock { map -> TaskSleepEntry? in
+        let entry = shard(task).map.locked { map -> TaskSleepEntry? in
             guard let entry = map.removeValue(forKey: task) else { return nil }
             mapped.subtract(1, ordering: .relaxed)
             return entry
@@ -93,7 +93,7 @@ final class PendingTaskSleeps: Sendable {
 
     /// The engine fired `entry`: its mapping goes, if it is still its task's.
     func remove(_ entry: TaskSleepEntry) {
-        shard(entry.task).map.withLock { map in
+        shard(entry.task).map.locked { map in
             guard map[entry.task] === entry else { return }
             map[entry.task] = nil
             mapped.subtract(1, ordering: .relaxed)
