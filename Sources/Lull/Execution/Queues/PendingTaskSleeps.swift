@@ -19,9 +19,11 @@ import Synchronization
 /// when one of Lull's executors (the pool's, the main queue's, a queue) receives a job of a
 /// task whose sleep timer is still pending, that sleep was cancelled: the timer comes out
 /// and the wake job runs right away (it frees the word; its task ends). No timer is left,
-/// no wake-up spent, and the wake job still runs exactly once. A cancellation that resumes
-/// the task before it has suspended needs no enqueue; `SwiftJobTimer` looks at
-/// `Task.isCancelled` after registering for that one.
+/// no wake-up spent, and the wake job still runs exactly once. The wake job runs early only
+/// after the task came back, which the runtime does only after its cancellation handler
+/// moved the word to `cancelled`: the sleep throws as it must. A cancellation that resumes
+/// the continuation before the task has suspended causes no enqueue: that sleep's mapping
+/// stays until the task's next enqueue or sleep (or the timer) ends it.
 ///
 /// State model, per sleep (`TaskSleepEntry`, one atomic flag):
 ///

@@ -42,9 +42,6 @@ enum SwiftJobTimer {
         let entry = TaskSleepEntry(queue: queue, job: job, task: task, timers: timers, sleeps: sleeps)
         sleeps.register(entry)
         timers.schedule(entry, deadline: overflow ? UInt64.max : deadline, leeway: leeway)
-        // Cancelled before it suspended: the runtime resumed the continuation without an
-        // enqueue that would have found the mapping.
-        if Task.isCancelled { sleeps.endSleep(ofTask: task) }
     }
 
     /// A duration as nanoseconds: 0 when negative, saturating when huge.
