@@ -151,6 +151,19 @@ int lull_in_swift_task(void) {
     return swift_task_getCurrent() != 0;
 }
 
+int64_t lull_thread_cpu_nanoseconds(int32_t tid) {
+    // The per-thread CPU clock of `tid` (glibc's pthread_getcpuclockid computes the same
+    // id: CPUCLOCK_SCHED with the per-thread bit).
+    clockid_t clock = (clockid_t)((~(uint32_t)tid) << 3) | 6;
+    struct timespec now;
+    if (clock_gettime(clock, &now) != 0) return -1;
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+uintptr_t lull_current_swift_task(void) {
+    return (uintptr_t)swift_task_getCurrent();
+}
+
 int lull_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
 }

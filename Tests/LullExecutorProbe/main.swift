@@ -9,7 +9,13 @@
 //   sleep     install, record wake-ups, 40 tasks sleep with overlapping tolerance windows
 //   main      install, MainActor jobs run on WorkQueue.main inside runMain()
 //   errors    install from a task (too late), then twice (already installed)
+//   cancel    install, 1,000 one-hour sleeps (pool, main actor, a queue) cancelled: no
+//             timer is left and none stays armed for them (debug builds: it reads the engine)
+#if DEBUG
+@testable import Lull
+#else
 import Lull
+#endif
 import Synchronization
 
 #if canImport(Glibc)
@@ -181,12 +187,77 @@ func errorsMode() -> Never {
     finish()
 }
 
+/// 1,000 tasks sleep for an hour, on the pool (800), on the main actor (100) and on a queue
+/// as their executor preference (100); once every sleep is a timer, all are cancelled. Each
+/// must throw CancellationError, and the engine must hold no timer of theirs and not stay
+/// armed for their windows: the cancelled sleeps cost no wake-up.
+func cancelMode() -> Never {
+    install()
+    #if DEBUG
+    let count = 1_000
+    let timers = Runtime.shared.timers
+    let before = timers.count
+    let threw = SharedCount(0)
+    let finished = SharedCount(0)
+    let queue = WorkQueue(label: "probe.sleepers")
+    let sleepers = Mutex<[Task<Void, Never>]>([])
+    /// On the caller's actor (the main actor's sleeps must be made there).
+    @Sendable func sleepAnHour(_ isolation: isolated (any Actor)? = #isolation) async {
+        do {
+            try await Task.sleep(for: .seconds(3_600), tolerance: .seconds(1))
+        } catch {
+            if error is CancellationError { threw.value.add(1, ordering: .relaxed) }
+        }
+        finished.value.add(1, ordering: .releasing)
+    }
+    Task.detached {
+        let startedAt = ContinuousClock.now
+        for index in 0..<count {
+            let task: Task<Void, Never>
+            switch index % 10 {
+            case 0: task = Task { @MainActor in await sleepAnHour() }
+            case 1: task = Task(executorPreference: queue) { await sleepAnHour() }
+            default: task = Task { await sleepAnHour() }
+            }
+            sleepers.withLock { $0.append(task) }
+        }
+        // Every sleep a timer (10 s at most on a loaded machine).
+        while timers.count < before + count {
+            if ContinuousClock.now - startedAt > .seconds(10) {
+                say("cancel not-scheduled \(timers.count - before)")
+                exit(1)
+            }
+            usleep(1_000)
+        }
+        let sleepsFrom = SystemClock.monotonicNanoseconds() + 3_000_000_000_000
+        say("cancel scheduled \(timers.count - before) mapped \(PendingTaskSleeps.shared.count)")
+        for task in sleepers.withLock({ $0 }) { task.cancel() }
+        while finished.value.load(ordering: .acquiring) < count {
+            if ContinuousClock.now - startedAt > .seconds(20) {
+                say("cancel unfinished \(finished.value.load(ordering: .acquiring))")
+                exit(1)
+            }
+            usleep(1_000)
+        }
+        let armed = timers.armedWindowEnd.map { $0 >= sleepsFrom } ?? false
+        say("cancel threw \(threw.value.load(ordering: .relaxed)) timers \(timers.count - before) "
+            + "mapped \(PendingTaskSleeps.shared.count) armed-for-sleeps \(armed)")
+        finish()
+    }
+    WorkQueue.runMain()
+    #else
+    say("cancel needs a debug build")
+    exit(1)
+    #endif
+}
+
 switch CommandLine.arguments.dropFirst().first {
 case "priority": priorityMode()
 case "sleep": sleepMode()
 case "main": mainMode()
 case "errors": errorsMode()
+case "cancel": cancelMode()
 default:
-    say("usage: lull-executor-probe priority|sleep|main|errors")
+    say("usage: lull-executor-probe priority|sleep|main|errors|cancel")
     exit(2)
 }

@@ -1,3 +1,5 @@
+import CLullShims
+import Dispatch
 import Synchronization
 import Testing
 @testable import Lull
@@ -91,5 +93,82 @@ extension LullSuite {
             #expect(started.await { $0 == count },
                     "only \(started.value) of \(count) sleeping \(qosClass) blocks started")
         }
+    }
+}
+
+/// The stall check's judgement of one worker (`WorkerActivity`): blocked only when it stayed
+/// in one job across two looks and its thread used (almost) no CPU in between.
+@Suite struct WorkerActivityTests {
+    /// Runs `body` on a thread of its own with that thread's tid; returns once it started.
+    static func onThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
+        let tid = Captured<Int32>()
+        DispatchQueue.global().async {
+            tid.set(lull_gettid())
+            body()
+        }
+        return tid.await() ?? 0
+    }
+
+    @Test func aWorkerWaitingInOneJobIsBlockedAtTheSecondLook() throws {
+        let activity = WorkerActivity()
+        let release = DispatchSemaphore(value: 0)
+        let inJob = Flag()
+        let tid = Self.onThread {
+            activity.enterJob()
+            inJob.set()
+            release.wait()
+            activity.leaveJob()
+        }
+        #expect(inJob.await())
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU), "the first look only records")
+        #expect(activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU))
+        release.signal()
+    }
+
+    @Test func aWorkerUsingCPUInOneJobIsNotBlocked() throws {
+        let activity = WorkerActivity()
+        let looked = Flag()
+        let spun = Flag()
+        let tid = Self.onThread {
+            activity.enterJob()
+            while !looked.isSet { lull_cpu_relax() }
+            // Busy between the looks: 5 ms of this thread's own CPU time, however loaded the host.
+            let start = SystemClock.threadCPUNanoseconds()
+            while SystemClock.threadCPUNanoseconds() - start < 5 * StallMonitor.busyCPU { lull_cpu_relax() }
+            spun.set()
+            activity.leaveJob()
+        }
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU))
+        looked.set()
+        #expect(spun.await())
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU), "it used CPU")
+    }
+
+    @Test func aWorkerBetweenJobsOrInANewJobIsNotBlocked() throws {
+        let activity = WorkerActivity()
+        let release = DispatchSemaphore(value: 0)
+        let step = Counter()
+        let tid = Self.onThread {
+            release.wait()
+            activity.enterJob()
+            step.increment()
+            release.wait()
+            activity.leaveJob()
+            activity.enterJob()
+            step.increment()
+            release.wait()
+            activity.leaveJob()
+        }
+        // Between jobs (none started yet): never blocked.
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU))
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU))
+        release.signal()
+        #expect(step.await { $0 == 1 })
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU), "a job seen once")
+        release.signal()
+        #expect(step.await { $0 == 2 })
+        #expect(!activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU), "another job than at the last look")
+        #expect(activity.waitedThroughInterval(tid: tid, cpuBudget: StallMonitor.busyCPU), "the same job, waiting")
+        release.signal()
     }
 }

@@ -9,15 +9,19 @@ extension LullSuite {
         /// Twenty sleeps, deadlines 3 ms apart, each with 300 ms of tolerance: every window
         /// contains [deadline of the last, end of the first], so one wake-up serves them all
         /// (with no tolerance they would take about twenty). None ends before its deadline.
+        /// The deadlines count from the moment all twenty tasks run (`StartLine`): a task
+        /// that started after its deadline (a loaded host may start one tens of ms late)
+        /// would return without a timer, and its fire would be missing from the count.
         @Test func overlappingSleepsShareOneWakeUp() async throws {
             try RuntimeDiagnostics.start()
             let clock = CoalescingClock()
-            let base = clock.now
             let early = Counter()
+            let startLine = StartLine(count: 20)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<20 {
-                    let deadline = base + .milliseconds(20 + 3 * index)
                     group.addTask {
+                        let base = await startLine.arrive()
+                        let deadline = base + .milliseconds(50 + 3 * index)
                         try await clock.sleep(until: deadline, tolerance: .milliseconds(300))
                         if clock.now < deadline { _ = early.increment() }
                     }
@@ -137,6 +141,51 @@ extension LullSuite {
                 #expect(driven.engine.count == 0, "round \(round) left a timer behind")
             }
             #expect(outcomes.fired + outcomes.cancelled == 300)
+        }
+
+        /// A thousand one-hour sleeps (without `install()`), cancelled: each throws, the
+        /// engine holds none of them, and the reactor is disarmed, so they cost no wake-up.
+        @Test func cancelledSleepsLeaveNoTimerAndNoArmedWakeUp() async throws {
+            let driven = DrivenEngine()
+            let deadline = Deadline.now() + .seconds(3_600)
+            let tasks = (0..<1_000).map { _ in
+                Task {
+                    try await CoalescingClock.sleep(until: deadline, tolerance: .seconds(1), on: driven.engine)
+                }
+            }
+            #expect(waitUntil { driven.engine.count == 1_000 })
+            #expect(driven.recorder.applied != nil)
+            for task in tasks { task.cancel() }
+            for task in tasks {
+                await #expect(throws: CancellationError.self) { try await task.value }
+            }
+            #expect(driven.engine.count == 0)
+            #expect(driven.recorder.applied == nil, "still armed for cancelled sleeps")
+            #expect(driven.runUntilIdle() == 0)
+        }
+    }
+}
+
+/// Holds tasks until `count` have arrived, then lets them all go with the instant the last
+/// one arrived: their deadlines then count from a moment when all of them run.
+final class StartLine: Sendable {
+    private let state: Mutex<(count: Int, waiting: [CheckedContinuation<Deadline, Never>])>
+
+    init(count: Int) {
+        state = Mutex((count, []))
+    }
+
+    func arrive() async -> Deadline {
+        await withCheckedContinuation { continuation in
+            let released = state.withLock { state -> [CheckedContinuation<Deadline, Never>]? in
+                state.waiting.append(continuation)
+                guard state.waiting.count == state.count else { return nil }
+                defer { state.waiting = [] }
+                return state.waiting
+            }
+            guard let released else { return }
+            let now = Deadline.now()
+            for waiter in released { waiter.resume(returning: now) }
         }
     }
 }

@@ -183,6 +183,71 @@ import Testing
         #expect(!driven.wakeAtArmedEnd(), "nothing left armed")
     }
 
+    /// A cancel that leaves no timer disarms the reactor: the wake-up it was armed for
+    /// would fire nothing.
+    @Test func cancellingTheLastTimerDisarms() throws {
+        let driven = DrivenEngine()
+        let start = driven.now
+        let entries = (0..<3).map { _ in driven.entry {} }
+        for (index, entry) in entries.enumerated() {
+            driven.engine.schedule(entry, deadline: start + 3_600_000_000_000 + UInt64(index), leeway: 1_000_000_000)
+        }
+        #expect(driven.recorder.applied != nil)
+        driven.engine.cancel(entries[0])
+        driven.engine.cancel(entries[1])
+        #expect(driven.recorder.applied != nil, "a timer is left: the arm stays")
+        #expect(driven.recorder.disarms == 0)
+        driven.engine.cancel(entries[2])
+        #expect(driven.recorder.applied == nil, "nothing left: disarmed")
+        #expect(driven.recorder.disarms == 1)
+        #expect(driven.engine.armedWindowEnd == nil)
+        #expect(driven.runUntilIdle() == 0)
+        // Scheduling again arms again, with a newer generation than the disarm's.
+        driven.engine.schedule(driven.entry {}, deadline: start + 5_000_000, leeway: 0)
+        #expect(driven.recorder.applied?.window.latest == start + 5_000_000)
+        #expect(driven.runUntilIdle() == 1)
+    }
+
+    /// A cancel that leaves only fire-once entries (`asyncAfter` blocks, in their own heap)
+    /// keeps a wake-up for them: "no timer left" counts both heaps.
+    @Test func cancellingTheLastIndexedTimerKeepsTheFireOnceEntriesWakeUp() throws {
+        let driven = DrivenEngine()
+        let start = driven.now
+        let fired = Counter()
+        let cancelled = driven.entry {}
+        driven.engine.schedule(cancelled, deadline: start + 5_000_000, leeway: 0)
+        driven.engine.scheduleOnce(driven.entry { fired.increment() }, deadline: start + 20_000_000, leeway: 0)
+        driven.engine.cancel(cancelled)
+        #expect(driven.recorder.disarms == 0, "a fire-once entry is left: the reactor stays armed")
+        #expect(driven.runUntilIdle() == 1)
+        #expect(fired.value == 1)
+        // Far behind the cancelled one, the fire-once entry gets an arm of its own.
+        let soon = driven.entry {}
+        driven.engine.schedule(soon, deadline: driven.now + 1_000_000, leeway: 0)
+        driven.engine.scheduleOnce(driven.entry { fired.increment() },
+                                   deadline: driven.now + 1_000_000 + TimerEngine.staleArmGap + 1, leeway: 0)
+        driven.engine.cancel(soon)
+        #expect(driven.recorder.disarms == 0)
+        #expect(driven.runUntilIdle() == 1)
+        #expect(fired.value == 2)
+    }
+
+    /// A cancel that leaves the earliest deadline `staleArmGap` or more after the armed
+    /// window end arms for what is left; a nearer one keeps the arm (see
+    /// `armsFollowTheEarliestWindowEnd`).
+    @Test func cancellingTheEarliestLongBeforeTheRestReArms() throws {
+        let driven = DrivenEngine()
+        let start = driven.now
+        let soon = driven.entry {}
+        driven.engine.schedule(soon, deadline: start + 10_000_000, leeway: 0)
+        driven.engine.schedule(driven.entry {}, deadline: start + 10_000_000 + TimerEngine.staleArmGap + 1, leeway: 0)
+        #expect(driven.recorder.applied?.window.latest == start + 10_000_000)
+        driven.engine.cancel(soon)
+        #expect(driven.recorder.applied?.window.latest == start + 10_000_000 + TimerEngine.staleArmGap + 1)
+        #expect(driven.runUntilIdle() == 1)
+        #expect(driven.fired == 1)
+    }
+
     /// Any wake-up of the process fires the windows that have opened, and nothing else.
     @Test func fireIfDueFiresOpenWindowsOnly() {
         let driven = DrivenEngine()
@@ -320,6 +385,7 @@ final class DrivenEngine: Sendable {
     init() {
         let recorder = recorder
         engine = TimerEngine(clock: clock, arm: { recorder.arm($0, generation: $1) },
+                             disarm: { recorder.disarm(generation: $0) },
                              watchWallClock: { recorder.noteWatch() })
     }
 
@@ -364,8 +430,8 @@ final class DrivenEngine: Sendable {
 
 /// What the engine armed: the window of the newest generation, and how many arms applied.
 final class ArmRecorder: Sendable {
-    private let state = Mutex<(applied: (window: WakeWindow, generation: UInt64)?, generation: UInt64, arms: Int, watches: Int)>(
-        (nil, 0, 0, 0))
+    private let state = Mutex<(applied: (window: WakeWindow, generation: UInt64)?, generation: UInt64, arms: Int,
+                               watches: Int, disarms: Int)>((nil, 0, 0, 0, 0))
 
     func arm(_ window: WakeWindow, generation: UInt64) {
         state.withLock { state in
@@ -376,6 +442,16 @@ final class ArmRecorder: Sendable {
         }
     }
 
+    /// The engine took the armed window back (a cancel left nothing to fire).
+    func disarm(generation: UInt64) {
+        state.withLock { state in
+            guard generation > state.generation else { return }
+            state.generation = generation
+            state.applied = nil
+            state.disarms += 1
+        }
+    }
+
     func noteWatch() {
         state.withLock { $0.watches += 1 }
     }
@@ -383,6 +459,7 @@ final class ArmRecorder: Sendable {
     var applied: (window: WakeWindow, generation: UInt64)? { state.withLock { $0.applied } }
     var arms: Int { state.withLock { $0.arms } }
     var watches: Int { state.withLock { $0.watches } }
+    var disarms: Int { state.withLock { $0.disarms } }
 
     /// The armed window, disarmed (the reactor's timer expired).
     func take() -> WakeWindow? {

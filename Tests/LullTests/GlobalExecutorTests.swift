@@ -56,6 +56,16 @@ extension IndependentSuite {
             #expect(Self.fields(lines, "cancelled-sleep", "threw-cancellation") == ["true", "within-2s", "true"], "\(lines)")
         }
 
+        @Test func cancelledSleepsLeaveNoTimerAndNoWakeUp() throws {
+            let lines = try Self.probe("cancel")
+            // 1,000 one-hour sleeps on the pool, the main actor and a queue, cancelled: each
+            // threw, none is left in the engine or the map, and the reactor's timer is not
+            // armed for their windows.
+            #expect(Self.fields(lines, "cancel", "scheduled")?.first == "1000", "\(lines)")
+            #expect(Self.fields(lines, "cancel", "threw")
+                    == ["1000", "timers", "0", "mapped", "0", "armed-for-sleeps", "false"], "\(lines)")
+        }
+
         @Test func mainActorJobsRunOnTheMainQueueInsideRunMain() throws {
             let lines = try Self.probe("main")
             #expect(Self.fields(lines, "mainactor", "main-thread") == ["true", "main-queue", "true"], "\(lines)")

@@ -73,6 +73,14 @@ int lull_has_cap_sys_nice(void);
 /// nanoseconds, where the public `withUnsafeCurrentTask` costs tens.
 int lull_in_swift_task(void);
 
+/// The CPU time (ns) thread `tid` of this process has used; -1 if it cannot be read (the
+/// thread has exited).
+int64_t lull_thread_cpu_nanoseconds(int32_t tid);
+
+/// The address of the task running on the calling thread (0: none). A task's job, when an
+/// executor receives it, has the same address (a task is its own job).
+uintptr_t lull_current_swift_task(void);
+
 /// 1 when the calling thread runs a callout of Dispatch's main queue (the queue an async
 /// main's run loop drains on Linux), 0 otherwise or where no libdispatch is loaded.
 int lull_dispatch_main_queue_is_current(void);

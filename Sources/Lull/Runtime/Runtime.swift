@@ -70,6 +70,7 @@ final class Runtime: Sendable {
         let timers = TimerEngine(
             clock: SystemTimerClock(),
             arm: { window, generation in reactor.setTimer(window, generation: generation) },
+            disarm: { generation in reactor.setTimer(nil, generation: generation) },
             watchWallClock: { clockWatch.start() })
         let wallClockWatch = WallClockWatch(reactor: reactor, onChange: { timers.wallClockChanged() })
         clockWatch.connect(wallClockWatch)

@@ -27,19 +27,26 @@ final class TimerEngine: Sendable {
     /// Arms the reactor's next wake-up: the window and its generation (see `ArmRequest`).
     typealias Arm = @Sendable (WakeWindow, UInt64) -> Void
 
+    /// Disarms the reactor's next wake-up, as of a generation (see `ArmRequest`).
+    typealias Disarm = @Sendable (UInt64) -> Void
+
     private let clock: any TimerClock
     private let arm: Arm
+    private let disarm: Disarm
     private let watchWallClock: @Sendable () -> Void
 
     /// - Parameters:
     ///   - clock: what "now" is when the engine fires.
     ///   - arm: arms the next wake-up; called outside the engine's lock.
+    ///   - disarm: takes the armed wake-up back (a cancel left nothing to fire); called
+    ///     outside the engine's lock, ordered with `arm` by the generation.
     ///   - watchWallClock: starts reporting changes of the system clock to
     ///     `wallClockChanged()`; called once, outside the lock, for the first wall-clock timer.
-    init(clock: any TimerClock = SystemTimerClock(), arm: @escaping Arm,
+    init(clock: any TimerClock = SystemTimerClock(), arm: @escaping Arm, disarm: @escaping Disarm = { _ in },
          watchWallClock: @escaping @Sendable () -> Void = {}) {
         self.clock = clock
         self.arm = arm
+        self.disarm = disarm
         self.watchWallClock = watchWallClock
     }
 
@@ -153,17 +160,56 @@ final class TimerEngine: Sendable {
 
     /// Takes `entry` out of the engine; it will not fire (unless it is firing right now).
     ///
-    /// The reactor stays armed as it was: if the entry was the earliest, the process wakes
-    /// once at its time, finds nothing and re-arms. Disarming at every cancel would cost a
-    /// reactor round trip (and a wake-up of the poller) per cancelled timer, which a program
-    /// that creates and cancels many timers (timeouts that rarely expire) pays constantly.
+    /// The reactor mostly stays armed as it was: if the entry was the earliest, the process
+    /// wakes once at its time, finds nothing and re-arms. Re-arming at every cancel would
+    /// cost a reactor round trip per cancelled timer, which a program that creates and
+    /// cancels many timers (timeouts that rarely expire) pays constantly; there the next
+    /// timer is due soon after the armed instant, so the wake-up fires it or is close to one
+    /// that does. Two cases do not wait: a cancel that leaves no timer disarms the reactor
+    /// (a cancelled sleep of an otherwise idle process costs no wake-up), and one that
+    /// leaves the earliest deadline more than `staleArmGap` after the armed instant arms it
+    /// anew (that wake-up would be a lone one, fire nothing, and come long before any other).
     func cancel(_ entry: TimerEntry) {
-        state.locked { state in
-            guard entry.isScheduled else { return }
+        let change = state.locked { state -> ArmChange? in
+            guard entry.isScheduled else { return nil }
             remove(entry, from: &state)
             earliestDeadline.store(state.firstDeadline ?? .max, ordering: .releasing)
+            return staleArmChange(&state)
+        }
+        switch change {
+        case nil: break
+        case .arm(let request): arm(request.window, request.generation)
+        case .disarm(let generation): disarm(generation)
         }
     }
+
+    /// How far after the armed wake-up the earliest deadline left by a cancel must be for
+    /// the cancel to re-arm (see `cancel`).
+    static let staleArmGap: UInt64 = 1_000_000_000
+
+    /// What a cancel does to the reactor's timer.
+    private enum ArmChange {
+        case arm(ArmRequest)
+        case disarm(UInt64)
+    }
+
+    /// After a removal: the armed wake-up taken back when nothing is left, or moved when
+    /// it would fire nothing and the earliest deadline is `staleArmGap` or more after it.
+    private func staleArmChange(_ state: inout State) -> ArmChange? {
+        guard let armed = state.armedAt else { return nil }
+        // Both heaps: an `asyncAfter` block left alone still needs its wake-up.
+        guard let first = state.firstDeadline else {
+            state.armedAt = nil
+            state.armGeneration += 1
+            return .disarm(state.armGeneration)
+        }
+        guard first > armed, first - armed >= TimerEngine.staleArmGap else { return nil }
+        state.armedAt = nil
+        return rearm(&state).map(ArmChange.arm)
+    }
+
+    /// The window end the reactor's timer is armed for; nil: not armed (tests).
+    var armedWindowEnd: UInt64? { state.locked { $0.armedAt } }
 
     private func remove(_ entry: TimerEntry, from state: inout State) {
         guard entry.isScheduled else { return }

@@ -17,13 +17,16 @@ final class MainQueueExecutor: SwiftJobHost, MainExecutor, SchedulingExecutor, @
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
-        roots.main.enqueue(placed(UnownedJob(job)))
+        let unownedJob = UnownedJob(job)
+        PendingTaskSleeps.shared.taskEnqueued(unownedJob)
+        roots.main.enqueue(placed(unownedJob))
     }
 
     /// A sleep on the main actor: its timer puts the job straight on the main queue.
     func enqueue<C: Clock>(_ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
-        SwiftJobTimer.schedule(placed(UnownedJob(job)), on: roots.main, at: instant, tolerance: tolerance,
-                               clock: clock, timers: timers)
+        let isTask = job.kind == .task
+        SwiftJobTimer.schedule(placed(UnownedJob(job)), isTask: isTask, on: roots.main, at: instant,
+                               tolerance: tolerance, clock: clock, timers: timers)
     }
 
     private func placed(_ job: UnownedJob) -> Job {

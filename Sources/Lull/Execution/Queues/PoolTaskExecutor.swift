@@ -22,13 +22,17 @@ final class PoolTaskExecutor: SwiftJobHost, TaskExecutor, SchedulingExecutor, @u
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
-        let (queue, job) = placed(UnownedJob(job))
+        let unownedJob = UnownedJob(job)
+        PendingTaskSleeps.shared.taskEnqueued(unownedJob)
+        let (queue, job) = placed(unownedJob)
         queue.enqueue(job)
     }
 
     func enqueue<C: Clock>(_ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
+        let isTask = job.kind == .task
         let (queue, placedJob) = placed(UnownedJob(job))
-        SwiftJobTimer.schedule(placedJob, on: queue, at: instant, tolerance: tolerance, clock: clock, timers: timers)
+        SwiftJobTimer.schedule(placedJob, isTask: isTask, on: queue, at: instant, tolerance: tolerance, clock: clock,
+                               timers: timers)
     }
 
     override func runSwiftJob(_ job: UnownedJob) {

@@ -17,6 +17,8 @@ extension WorkQueue: TaskExecutor, SerialExecutor {
     /// Runs `job` as a block of this queue.
     public func enqueue(_ job: consuming ExecutorJob) {
         let unownedJob = UnownedJob(job)
+        // A task back from a sleep that Lull's executors timed: a cancelled one's timer goes.
+        PendingTaskSleeps.shared.taskEnqueued(unownedJob)
         enqueue(Job(work: .swiftJob(unownedJob, self),
                     qos: QoS(taskPriorityRawValue: unownedJob.priority.rawValue),
                     flags: [], context: .empty, group: nil))

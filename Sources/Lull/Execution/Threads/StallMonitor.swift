@@ -6,12 +6,17 @@ import Glibc
 /// Blocking work must not starve a class. Lull's own waits tell the pool when a worker
 /// blocks (`WorkerPool.blocking`); a block that sleeps or does blocking I/O on its own does
 /// not. So while a class has queued work and every thread it may run is taken, the pool
-/// looks again `interval` later, from the polling thread: workers the kernel reports as
-/// sleeping (`S` or `D` in /proc) that Lull does not know to be blocked are replaced by new
-/// threads, up to the pool's ceiling — but only if the class finished no job in the
-/// meantime (a thread caught asleep on a lock for an instant is not blocked). Every class
-/// is looked at alike, the poller's own included: the poller never takes a job while there
-/// is something to poll for (see `WorkerPool`), so the check always gets to run.
+/// looks again `interval` later, from the polling thread, and replaces, up to the pool's
+/// ceiling, the workers that are blocked without Lull knowing: a worker counts as blocked
+/// when it is inside the same job as at the previous look, its thread used almost no CPU
+/// since then (`busyCPU`), and the kernel reports it sleeping (`S` or `D` in /proc) — and
+/// only if the class finished no job in the meantime. A busy worker is none of that: one
+/// caught asleep for an instant on a lock (the class's own, a caller's, the allocator's)
+/// used CPU since the last look, and one between jobs is in none. Workers in Lull's waits
+/// are counted apart (`blocked`): another thread was started for them when they blocked.
+/// Every class is looked at alike, the poller's own included: the poller never takes a
+/// job while there is something to poll for (see `WorkerPool`), so the check always gets
+/// to run.
 ///
 /// A class with queued work, no idle worker, none on its way and fewer running than it may
 /// run is short of a thread that could not be created (`pthread_create` failed, or the
@@ -23,6 +28,10 @@ import Glibc
 /// armed by a saturated submit or a failed thread creation, never by a clock.
 final class StallMonitor: Sendable {
     static let interval: UInt64 = 50_000_000
+    /// The CPU time a worker may have used between two looks and still count as waiting
+    /// through the interval (2% of it): a blocked thread uses none, a busy one far more,
+    /// even on a loaded machine that gives it a fraction of a core.
+    static let busyCPU: UInt64 = 1_000_000
     static let maximumInterval: UInt64 = 1_600_000_000
 
     private let armed = Atomic<Bool>(false)
@@ -75,7 +84,7 @@ extension WorkerPool {
 
     private enum ClassCondition {
         /// Jobs wait, every thread the class may run is taken: some may be blocked.
-        case saturated(tids: [Int32], knownBlocked: Int, taken: UInt64)
+        case saturated(workers: [(tid: Int32, activity: WorkerActivity)], knownBlocked: Int, taken: UInt64)
         /// Jobs wait with a thread missing (its creation failed): start one.
         case shortOfAThread
         /// Jobs wait with a thread missing and the pool at its ceiling: look again later.
@@ -129,12 +138,11 @@ extension WorkerPool {
                     return .shortOfAThread
                 }
                 // Workers woken for work and not yet back on a CPU sleep in the kernel's
-                // eyes too: on a loaded machine that lasts, and replacing them would only
-                // add threads to the queue for the CPU.
-                return .saturated(tids: Array(state.threadIDs), knownBlocked: state.blocked + state.waking,
+                // eyes too, but are in no job: the look below passes them by.
+                return .saturated(workers: state.workers.map { ($0.key, $0.value) }, knownBlocked: state.blocked,
                                   taken: state.taken)
             }
-            let tids: [Int32], knownBlocked: Int, taken: UInt64
+            let workers: [(tid: Int32, activity: WorkerActivity)], knownBlocked: Int, taken: UInt64
             switch condition {
             case nil:
                 continue
@@ -146,15 +154,24 @@ extension WorkerPool {
             case .atTheCeiling:
                 stillSaturated = true
                 continue
-            case .saturated(let threadIDs, let blocked, let jobsTaken):
-                (tids, knownBlocked, taken) = (threadIDs, blocked, jobsTaken)
+            case .saturated(let classWorkers, let blocked, let jobsTaken):
+                (workers, knownBlocked, taken) = (classWorkers, blocked, jobsTaken)
             }
             stillSaturated = true
             // Progress since the last look: threads seen asleep were only between jobs or on
-            // a lock for a moment (a caller's lock, the allocator's), not blocked.
-            if pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken { continue }
-            let sleeping = tids.filter { $0 != pollerTid && StallMonitor.isSleeping(tid: $0) }.count
-            let unknownBlocked = sleeping - knownBlocked
+            // a lock for a moment (a caller's lock, the allocator's), not blocked. The
+            // workers' records are kept current all the same.
+            if pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken {
+                for worker in workers { _ = worker.activity.waitedThroughInterval(tid: worker.tid, cpuBudget: 0) }
+                continue
+            }
+            // Each look records every worker's job and CPU time (so no early return before).
+            let waiting = workers.filter { worker in
+                worker.tid != pollerTid
+                    && worker.activity.waitedThroughInterval(tid: worker.tid, cpuBudget: StallMonitor.busyCPU)
+                    && StallMonitor.isSleeping(tid: worker.tid)
+            }.count
+            let unknownBlocked = waiting - knownBlocked
             guard unknownBlocked > 0 else { continue }
             for _ in 0..<unknownBlocked {
                 let spawn = pool.state.locked { state -> Bool in

@@ -322,6 +322,8 @@ final class WorkerPool: Sendable {
         case poll
         case spin
         case park
+        /// A thread back from polling with its class over its CPU count: it exits.
+        case retire
     }
 
     /// How long a worker that ran out of work spins before it sleeps (pause instructions,
@@ -338,13 +340,14 @@ final class WorkerPool: Sendable {
         thread.applyTimerSlack(ThreadState.classTimerSlack(pool.qosClass))
         _ = lull_set_thread_name(pool.threadName)
         liveThreadIDs.locked { _ = $0.insert(thread.tid) }
-        pool.state.locked { _ = $0.threadIDs.insert(thread.tid) }
+        pool.state.locked { $0.workers[thread.tid] = worker.activity }
         defer {
-            pool.state.locked { _ = $0.threadIDs.remove(thread.tid) }
+            pool.state.locked { $0.workers[thread.tid] = nil }
             liveThreadIDs.locked { _ = $0.remove(thread.tid) }
             totalThreads.subtract(1, ordering: .relaxed)
         }
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
+        var backFromPoll = false
         while true {
             var cascade = Helper.none
             let next = pool.state.locked { state -> Next in
@@ -370,6 +373,17 @@ final class WorkerPool: Sendable {
                         return .poll
                     }
                 }
+                // Back from polling (which it was started or claimed for while every worker
+                // was busy) with the class over its CPU count: the thread retires rather
+                // than run jobs on top of the others. Staying, it would be one more thread
+                // competing for the same cores, and the next poll needed while all are busy
+                // would start yet another (the stall check's own look needs one every
+                // interval while the class is saturated), up to the pool's ceiling.
+                if backFromPoll && state.running > cpuCount {
+                    state.running -= 1
+                    state.threads -= 1
+                    return .retire
+                }
                 if let job = state.popJob(pool) {
                     if !state.jobs.isEmpty { cascade = recruit(&state) }
                     return .job(job)
@@ -387,14 +401,18 @@ final class WorkerPool: Sendable {
                 return .park
             }
             start(cascade, in: pool)
+            backFromPoll = false
             switch consume next {
             case .job(let job):
-                runTimed(job, thread: thread, pool: pool)
+                runTimed(job, thread: thread, pool: pool, activity: worker.activity)
             case .poll:
                 poll(worker: worker, thread: thread)
+                backFromPoll = true
+            case .retire:
+                return
             case .spin:
                 switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
-                case .job(let job): runTimed(job, thread: thread, pool: pool)
+                case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
                 case .lookAgain: continue
                 case .idle: if !parkUntilClaimed(worker, pool: pool) { return }
                 }
@@ -429,7 +447,7 @@ final class WorkerPool: Sendable {
         var batch = Fifo<Job>()
         swap(&batch, &thread.inlineBatch)
         pool.state.locked { $0.running += 1 }
-        runInline(&batch, thread: thread, pool: pool)
+        runInline(&batch, thread: thread, pool: pool, activity: worker.activity)
         // The buffer goes back for the next poll: a wake-up's batch allocates nothing.
         assert(batch.isEmpty, "Lull: a job of the inline batch was left behind")
         if thread.inlineBatch.capacity == 0 { swap(&batch, &thread.inlineBatch) }
@@ -447,11 +465,13 @@ final class WorkerPool: Sendable {
     /// thread's CPU clock (read once per batch of several jobs, and again only once the wall
     /// clock says so): a batch that was merely preempted on a busy machine is no reason to
     /// wake another thread.
-    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool) {
+    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
         while let job = batch.popFirst() {
+            activity.enterJob()
             JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+            activity.leaveJob()
             guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                   SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
             let helper = pool.state.locked { state -> Helper in
@@ -465,11 +485,13 @@ final class WorkerPool: Sendable {
 
     /// Runs a job; after a slow job with work still queued, recruits a helper (work kept
     /// for this thread must not wait behind slow work).
-    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool) {
+    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
         thread.runsLoopJob = true
+        activity.enterJob()
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+        activity.leaveJob()
         thread.runsLoopJob = false
         let duration = SystemClock.coarseMonotonicNanoseconds() &- start
         if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
@@ -556,7 +578,8 @@ final class ClassPool: Sendable {
         var running = 0
         var threads = 0
         var blocked = 0
-        var threadIDs: Set<Int32> = []
+        /// The live workers by kernel tid, with what the stall check reads of them.
+        var workers: [Int32: WorkerActivity] = [:]
         /// 1 while a worker of the class spins waiting for work.
         var spinning = 0
         /// Workers woken or started for queued work that have not taken it yet.
@@ -611,6 +634,8 @@ final class Worker: Sendable {
     let wokenForWork = Atomic<Bool>(false)
     /// Names this worker in `WorkerPool.pollerSlot`; unique for the process's lifetime.
     let token: UInt64
+    /// Which job the worker is in, for the stall check.
+    let activity = WorkerActivity()
 
     private static let lastToken = Atomic<UInt64>(0)
 
