@@ -1,9 +1,11 @@
-// Timers riding on other wake-ups: a busy socketpair ping-pong (two read sources on one
-// serial queue, echoing one byte back and forth without pause) plus 1,000 repeating timers
-// with 50 % leeway. Lull's poller fires every timer whose window has opened after each
-// wake-up, whatever woke it, so under this load the timers should cost (almost) no wake-up
-// of their own. Lull counts its reactor's wake-ups by cause (RuntimeDiagnostics); Dispatch
-// cannot say why it woke, so its column shows its fires and its context switches.
+// Timers riding on other wake-ups: 1,000 repeating timers with 50 % leeway beside a busy
+// socketpair ping-pong (two read sources on one serial queue, echoing one byte back and
+// forth without pause), or beside a descriptor that a thread of the benchmark writes every
+// 5 ms or 20 ms, where some windows close before the next descriptor event. Lull's poller
+// fires every timer whose window has opened after each wake-up, whatever woke it, so the
+// descriptor's wake-ups carry the timers. Lull counts its reactor's wake-ups by cause
+// (RuntimeDiagnostics); Dispatch cannot say why it woke, so its column shows its fires and
+// its context switches.
 
 import Dispatch
 import Glibc
@@ -11,7 +13,7 @@ import Lull
 import Synchronization
 
 enum TimerPiggybackBenchmark {
-    static let all: [Benchmark] = [piggyback]
+    static let all: [Benchmark] = [piggyback, make(paceMilliseconds: 5), make(paceMilliseconds: 20)]
 
     static let timerCount = 1_000
     /// Intervals are spread evenly over [10 ms, 100 ms]; each timer's leeway is half of it.
@@ -23,34 +25,50 @@ enum TimerPiggybackBenchmark {
     /// thousands of times a second (64 bytes a record, touched only as used).
     static let recordCapacity = 1 << 22
 
-    static let piggyback = Benchmark(
-        name: "timer-piggyback",
-        title: "timers riding on descriptor wake-ups: a busy socketpair ping-pong (two read sources on one serial "
-            + "queue echoing one byte) plus 1,000 repeating timers, intervals spread over 10-100 ms, leeway 50 %, "
-            + "default global queue; figure = timer fires in the window (from 0.5 s after scheduling); Lull also "
-            + "counts its reactor's wake-ups by cause and the share of fires that cost no timer wake-up of their own",
-        unit: "timer fires",
-        lowerIsBetter: false,
-        singleShot: true,
-        parameters: { options in
-            Parameters(n: timerCount, seconds: options.quick ? 2 : 3, runTimeout: options.runTimeout)
-        },
-        sizeDescription: { "\(Format.grouped($0.n)) timers + ping-pong, \(Format.fixed($0.seconds, 0)) s" },
-        run: run,
-        extraRows: [
-            ExtraRow(label: "piggyback voluntary switches", extra: "voluntary switches", unit: "switches",
-                     lowerIsBetter: true, style: .count),
-            ExtraRow(label: "piggyback ping-pong round trips", extra: "round trips", unit: "trips",
-                     lowerIsBetter: false, style: .count),
-            ExtraRow(label: "piggyback CPU ms", extra: "CPU ms", unit: "ms", lowerIsBetter: true, style: .count),
-            ExtraRow(label: "piggyback timer-expiry wake-ups", extra: "timer wake-ups", unit: "wake-ups",
-                     lowerIsBetter: true, style: .count),
-            ExtraRow(label: "piggyback descriptor wake-ups", extra: "descriptor wake-ups", unit: "wake-ups",
-                     lowerIsBetter: false, style: .count),
-            ExtraRow(label: "piggyback fires riding (%)", extra: "riding %", unit: "%",
-                     lowerIsBetter: false, style: .count),
-        ]
-    )
+    static let piggyback = make(paceMilliseconds: 0)
+
+    /// The benchmark with the busy ping-pong (`paceMilliseconds` 0) or with one byte written
+    /// every `paceMilliseconds` by a thread of the benchmark, drained by one read source.
+    static func make(paceMilliseconds: Int) -> Benchmark {
+        let busy = paceMilliseconds == 0
+        let load = busy
+            ? "a busy socketpair ping-pong (two read sources on one serial queue echoing one byte)"
+            : "a socketpair to which a thread writes one byte every \(paceMilliseconds) ms (one read source drains it)"
+        let rowPrefix = busy ? "piggyback" : "piggyback \(paceMilliseconds) ms"
+        return Benchmark(
+            name: busy ? "timer-piggyback" : "timer-piggyback-\(paceMilliseconds)ms",
+            title: "timers riding on descriptor wake-ups: \(load) plus 1,000 repeating timers, intervals spread over "
+                + "10-100 ms, leeway 50 %, default global queue; figure = timer fires in the window (from 0.5 s after "
+                + "scheduling); Lull also counts its reactor's wake-ups by cause and the share of fires that cost no "
+                + "timer wake-up of their own",
+            unit: "timer fires",
+            lowerIsBetter: false,
+            singleShot: true,
+            parameters: { options in
+                Parameters(n: timerCount, seconds: options.quick ? 2 : 3, runTimeout: options.runTimeout)
+            },
+            sizeDescription: { "\(Format.grouped($0.n)) timers + \(busy ? "ping-pong" : "\(paceMilliseconds) ms writes"), "
+                + "\(Format.fixed($0.seconds, 0)) s" },
+            run: { runtime, parameters in run(runtime, parameters, pace: UInt64(paceMilliseconds) * 1_000_000) },
+            extraRows: [
+                ExtraRow(label: "\(rowPrefix) voluntary switches", extra: "voluntary switches", unit: "switches",
+                         lowerIsBetter: true, style: .count),
+                ExtraRow(label: busy ? "\(rowPrefix) ping-pong round trips" : "\(rowPrefix) descriptor events",
+                         extra: "descriptor events", unit: busy ? "trips" : "events", lowerIsBetter: false, style: .count),
+                ExtraRow(label: "\(rowPrefix) CPU ms", extra: "CPU ms", unit: "ms", lowerIsBetter: true, style: .count),
+                ExtraRow(label: "\(rowPrefix) timer-expiry wake-ups", extra: "timer wake-ups", unit: "wake-ups",
+                         lowerIsBetter: true, style: .count),
+                ExtraRow(label: "\(rowPrefix) descriptor wake-ups", extra: "descriptor wake-ups", unit: "wake-ups",
+                         lowerIsBetter: false, style: .count),
+                ExtraRow(label: "\(rowPrefix) fires riding (%)", extra: "riding %", unit: "%",
+                         lowerIsBetter: false, style: .count),
+                ExtraRow(label: "\(rowPrefix) optimal timer wake-ups", extra: "optimal timer wake-ups", unit: "wake-ups",
+                         lowerIsBetter: true, style: .count),
+                ExtraRow(label: "\(rowPrefix) timer wake-ups saved (%)", extra: "timer wake-ups saved %", unit: "%",
+                         lowerIsBetter: false, style: .count),
+            ]
+        )
+    }
 
     /// Each timer's interval (ns): evenly spread from the shortest to the longest.
     static func intervals(count: Int) -> [UInt64] {
@@ -66,37 +84,67 @@ enum TimerPiggybackBenchmark {
         return intervals.map { 20_000_000 + generator.next() % $0 }
     }
 
-    /// The two ends of the ping-pong and whether it should go on.
+    /// The socketpair's two ends, what crossed it, and whether it should go on.
     final class PingPong: Sendable {
         let ends: (Int32, Int32)
         let stopped = Atomic<Bool>(false)
         let ioError = Atomic<Int32>(0)
-        /// Written only by the handler of end 0, on the ping-pong's serial queue.
-        let trips = Atomic<Int>(0)
+        /// Round trips (busy) or bytes drained (paced): written by handlers of the one
+        /// serial queue.
+        let events = Atomic<Int>(0)
+        /// Signalled when the paced writer has returned.
+        let writerDone = Latch()
 
         init(ends: (Int32, Int32)) {
             self.ends = ends
         }
 
-        /// The handler of the read source of `end`: takes the byte and sends it back, until
-        /// stopped.
+        /// The handler of the read source of `end` in the busy ping-pong: takes the byte
+        /// and sends it back, until stopped.
         func echo(_ end: Int32, countsTrips: Bool) {
             var byte: UInt8 = 0
             guard read(end, &byte, 1) == 1 else { return }
-            if countsTrips { trips.wrappingAdd(1, ordering: .relaxed) }
+            if countsTrips { events.wrappingAdd(1, ordering: .relaxed) }
             guard !stopped.load(ordering: .relaxed) else { return }
             if write(end, &byte, 1) != 1 { ioError.store(errno, ordering: .relaxed) }
         }
 
-        /// Sends the first byte.
+        /// The handler of the read source of end 1 when paced: takes every byte waiting.
+        func drain() {
+            var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+            while true {
+                let count = withUnsafeMutableBytes(of: &bytes) { read(ends.1, $0.baseAddress, $0.count) }
+                guard count > 0 else { return }
+                events.wrappingAdd(count, ordering: .relaxed)
+            }
+        }
+
+        /// Sends the first byte of the busy ping-pong.
         func serve() -> Bool {
             var byte: UInt8 = 1
             return write(ends.0, &byte, 1) == 1
         }
+
+        /// The paced writer's thread: one byte into end 0 every `pace` ns (absolute ticks,
+        /// so that its own delays do not add up) until stopped.
+        func writePaced(every pace: UInt64) {
+            defer { writerDone.signal() }
+            var tick = Clock.now()
+            while !stopped.load(ordering: .relaxed) {
+                var byte: UInt8 = 1
+                if write(ends.0, &byte, 1) != 1 && errno != EAGAIN {
+                    ioError.store(errno, ordering: .relaxed)
+                    return
+                }
+                tick &+= pace
+                var until = timespec(tv_sec: Int(tick / 1_000_000_000), tv_nsec: Int(tick % 1_000_000_000))
+                while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nil) == EINTR {}
+            }
+        }
     }
 
     @Sendable
-    static func run(_ runtime: Runtime, _ parameters: Parameters) -> RunOutcome {
+    static func run(_ runtime: Runtime, _ parameters: Parameters, pace: UInt64) -> RunOutcome {
         let n = parameters.n
         let intervals = intervals(count: n)
         let phases = phases(intervals)
@@ -113,7 +161,14 @@ enum TimerPiggybackBenchmark {
         }
         let pingPong = PingPong(ends: (fds[0], fds[1]))
         let fires = Atomic<Int>(0)
-        let cancelled = Countdown(n + 2)
+        // Busy: both ends echo. Paced: end 1 drains what the writer thread sends into end 0.
+        let echoFirst: @Sendable () -> Void = { pingPong.echo(pingPong.ends.0, countsTrips: true) }
+        let echoSecond: @Sendable () -> Void = { pingPong.echo(pingPong.ends.1, countsTrips: false) }
+        let drain: @Sendable () -> Void = { pingPong.drain() }
+        let handlers: [(end: Int32, handler: @Sendable () -> Void)] = pace == 0
+            ? [(fds[0], echoFirst), (fds[1], echoSecond)]
+            : [(fds[1], drain)]
+        let cancelled = Countdown(n + handlers.count)
         let onCancel: @Sendable () -> Void = { cancelled.countDown() }
 
         let start = Clock.now()
@@ -121,9 +176,9 @@ enum TimerPiggybackBenchmark {
         switch runtime {
         case .lull:
             let serial = WorkQueue(label: "bench.piggyback.ping-pong")
-            let sources = [(fds[0], true), (fds[1], false)].map { end, counts in
+            let sources = handlers.map { end, handler in
                 let source = EventSource.makeReadSource(fileDescriptor: end, queue: serial)
-                source.setEventHandler { pingPong.echo(end, countsTrips: counts) }
+                source.setEventHandler(handler: handler)
                 source.setCancelHandler(handler: onCancel)
                 source.activate()
                 return source
@@ -147,9 +202,9 @@ enum TimerPiggybackBenchmark {
             }
         case .dispatch:
             let serial = DispatchQueue(label: "bench.piggyback.ping-pong")
-            let sources = [(fds[0], true), (fds[1], false)].map { end, counts in
+            let sources = handlers.map { end, handler in
                 let source = DispatchSource.makeReadSource(fileDescriptor: end, queue: serial)
-                source.setEventHandler { pingPong.echo(end, countsTrips: counts) }
+                source.setEventHandler(handler: handler)
                 source.setCancelHandler(handler: onCancel)
                 source.activate()
                 return source
@@ -172,9 +227,14 @@ enum TimerPiggybackBenchmark {
                 for timer in timers { timer.cancel() }
             }
         }
-        guard pingPong.serve() else {
+        if pace == 0 {
+            guard pingPong.serve() else {
+                cancelAll()
+                return .failed("the first byte could not be written: \(Descriptors.lastError())")
+            }
+        } else if !ThreadStarter.start({ pingPong.writePaced(every: pace) }) {
             cancelAll()
-            return .failed("the first byte could not be written: \(Descriptors.lastError())")
+            return .failed("the writer thread could not be started")
         }
         let scheduled = Clock.now()
         let windowOpens = max(start &+ warmUp, scheduled &+ 200_000_000)
@@ -189,16 +249,19 @@ enum TimerPiggybackBenchmark {
         }
         let usageBefore = ProcessUsage.now()
         let firesBefore = fires.load(ordering: .relaxed)
-        let tripsBefore = pingPong.trips.load(ordering: .relaxed)
+        let tripsBefore = pingPong.events.load(ordering: .relaxed)
         let windowStart = Clock.now()
         Clock.sleep(seconds: parameters.seconds)
         let windowEnd = Clock.now()
         let firesAfter = fires.load(ordering: .relaxed)
-        let tripsAfter = pingPong.trips.load(ordering: .relaxed)
+        let tripsAfter = pingPong.events.load(ordering: .relaxed)
         let usageAfter = ProcessUsage.now()
         let report = runtime == .lull ? RuntimeDiagnostics.stop() : nil
 
         pingPong.stopped.store(true, ordering: .relaxed)
+        if pace > 0 && !pingPong.writerDone.wait(seconds: 5) {
+            return .failed("TIMEOUT: the writer thread had not returned 5 s after it was stopped")
+        }
         cancelAll()
         guard cancelled.wait(seconds: TimerSourceBenchmarks.cancelTimeout) else {
             return .failed("TIMEOUT: the cancel handlers of the timers and read sources had not all run "
@@ -219,9 +282,9 @@ enum TimerPiggybackBenchmark {
             notes.append("\(Format.grouped(windowFires)) fires in the window, \(Format.grouped(Int(expected.rounded()))) "
                 + "expected: none lost")
         }
-        if trips == 0 { notes.append("STALLED: the ping-pong made no round trip in the window") }
+        if trips == 0 { notes.append("STALLED: no descriptor event was handled in the window") }
         var extras: [(String, Double)] = [
-            ("round trips", Double(trips)),
+            ("descriptor events", Double(trips)),
             ("expected fires", expected),
         ]
         if let usageBefore, let usageAfter {
@@ -244,6 +307,10 @@ enum TimerPiggybackBenchmark {
             // wake-up of their own (they rode on a descriptor's or on another timer's).
             let riding = recordedFires > 0 ? 100 * Double(max(0, recordedFires - timerWakeups)) / Double(recordedFires) : 0
             extras.append(("riding %", riding))
+            // The wake-ups the timers alone would need at best, against those they caused.
+            let optimal = report.coalescing.optimalWakeups
+            extras.append(("timer wake-ups saved %",
+                           optimal > 0 ? 100 * Double(max(0, optimal - timerWakeups)) / Double(optimal) : 0))
             let ownShare = report.timers.isEmpty ? 0
                 : report.timers.reduce(0.0) { $0 + $1.sharedWakeupFraction * Double($1.fires) } / Double(max(recordedFires, 1))
             extras.append(("shared-wake-up fires %", 100 * ownShare))
