@@ -66,6 +66,8 @@ enum TimerPiggybackBenchmark {
                          lowerIsBetter: true, style: .count),
                 ExtraRow(label: "\(rowPrefix) timer wake-ups saved (%)", extra: "timer wake-ups saved %", unit: "%",
                          lowerIsBetter: false, style: .count),
+                ExtraRow(label: "\(rowPrefix) optimal timer wake-ups beside the writes",
+                         extra: "optimal beside the writes", unit: "wake-ups", lowerIsBetter: true, style: .count),
             ]
         )
     }
@@ -94,6 +96,8 @@ enum TimerPiggybackBenchmark {
         let events = Atomic<Int>(0)
         /// Signalled when the paced writer has returned.
         let writerDone = Latch()
+        /// When the paced writer wrote each byte (monotonic ns).
+        let writeTimes = Mutex<[UInt64]>([])
 
         init(ends: (Int32, Int32)) {
             self.ends = ends
@@ -132,6 +136,8 @@ enum TimerPiggybackBenchmark {
             var tick = Clock.now()
             while !stopped.load(ordering: .relaxed) {
                 var byte: UInt8 = 1
+                let now = Clock.now()
+                writeTimes.withLock { $0.append(now) }
                 if write(ends.0, &byte, 1) != 1 && errno != EAGAIN {
                     ioError.store(errno, ordering: .relaxed)
                     return
@@ -141,6 +147,39 @@ enum TimerPiggybackBenchmark {
                 while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nil) == EINTR {}
             }
         }
+    }
+
+    /// The fewest timer wake-ups for the windows [deadline, deadline + interval / 2] of every
+    /// fire due in [from, to], when the wake-ups at `freeInstants` come anyway: the windows
+    /// those instants hit cost nothing, the rest are stabbed greedily (by window end).
+    static func optimalWakeUps(intervals: [UInt64], phases: [UInt64], start: UInt64, from: UInt64, to: UInt64,
+                               freeInstants: [UInt64]) -> Int {
+        let free = freeInstants.sorted()
+        var windows: [(start: UInt64, end: UInt64)] = []
+        for (interval, phase) in zip(intervals, phases) {
+            var deadline = start &+ phase
+            if deadline < from { deadline += (from - deadline + interval - 1) / interval * interval }
+            while deadline <= to {
+                let end = deadline + interval / 2
+                // The first free instant at or after the deadline: does it fall in the window?
+                var low = 0
+                var high = free.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if free[middle] < deadline { low = middle + 1 } else { high = middle }
+                }
+                if low == free.count || free[low] > end { windows.append((deadline, end)) }
+                deadline += interval
+            }
+        }
+        windows.sort { $0.end < $1.end }
+        var count = 0
+        var lastStab: UInt64?
+        for window in windows where lastStab.map({ window.start > $0 }) ?? true {
+            lastStab = window.end
+            count += 1
+        }
+        return count
     }
 
     @Sendable
@@ -311,6 +350,19 @@ enum TimerPiggybackBenchmark {
             let optimal = report.coalescing.optimalWakeups
             extras.append(("timer wake-ups saved %",
                            optimal > 0 ? 100 * Double(max(0, optimal - timerWakeups)) / Double(optimal) : 0))
+            if pace > 0 {
+                // What riding could save at best: the windows the writes hit cost nothing.
+                let writes = pingPong.writeTimes.withLock { $0 }
+                let alone = optimalWakeUps(intervals: intervals, phases: phases, start: start, from: windowStart,
+                                           to: windowEnd, freeInstants: [])
+                let beside = optimalWakeUps(intervals: intervals, phases: phases, start: start, from: windowStart,
+                                            to: windowEnd, freeInstants: writes)
+                extras.append(("optimal alone (computed)", Double(alone)))
+                extras.append(("optimal beside the writes", Double(beside)))
+                notes.append("timer wake-ups: \(Format.grouped(timerWakeups)) against an optimum of "
+                    + "\(Format.grouped(beside)) beside the \(Format.grouped(writes.count)) writes "
+                    + "(\(Format.grouped(alone)) for the timers alone, as computed from their schedule)")
+            }
             let ownShare = report.timers.isEmpty ? 0
                 : report.timers.reduce(0.0) { $0 + $1.sharedWakeupFraction * Double($1.fires) } / Double(max(recordedFires, 1))
             extras.append(("shared-wake-up fires %", 100 * ownShare))
