@@ -11,7 +11,7 @@ enum Suite {
     static let all: [Benchmark] = QueueBenchmarks.all + TimerBenchmarks.all + IdleBenchmark.all + SourceBenchmarks.all
         + TimerSourceBenchmarks.all + TaskSleepBenchmark.all + TimerSlackBenchmark.all + FileSystemBenchmarks.all + EchoBenchmark.all
         + ContextBenchmarks.all + EventsBenchmarks.all + ExecutorBenchmarks.all + EchoPeersBenchmark.all
-        + PingPongFloorBenchmark.all + QoSHogsBenchmark.all
+        + PingPongFloorBenchmark.all + QoSHogsBenchmark.all + TimerPiggybackBenchmark.all
 
     /// Names that select several benchmarks.
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
