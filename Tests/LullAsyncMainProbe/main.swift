@@ -63,10 +63,10 @@ Task.detached {
     } catch {
         outcome = "\(error)"
     }
-    fromTask.withLock { $0 = outcome }
+    fromTask.locked { $0 = outcome }
 }
-while fromTask.withLock({ $0 }) == nil { usleep(1_000) }
-say("from-task \(fromTask.withLock { $0 ?? "" })")
+while fromTask.locked({ $0 }) == nil { usleep(1_000) }
+say("from-task \(fromTask.locked { $0 ?? "" })")
 say("installed-after-task \(GlobalExecutor.isInstalled)")
 
 if arguments.contains("after-await") {

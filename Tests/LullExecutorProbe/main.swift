@@ -168,14 +168,14 @@ func errorsMode() -> Never {
     Task.detached {
         do {
             try GlobalExecutor.install()
-            fromTask.withLock { $0 = "installed" }
+            fromTask.locked { $0 = "installed" }
         } catch {
-            fromTask.withLock { $0 = "\(error)" }
+            fromTask.locked { $0 = "\(error)" }
         }
         done.store(true, ordering: .releasing)
     }
     while !done.load(ordering: .acquiring) { usleep(1_000) }
-    say("from-task \(fromTask.withLock { $0 ?? "" })")
+    say("from-task \(fromTask.locked { $0 ?? "" })")
     say("installed-after-task \(GlobalExecutor.isInstalled)")
     install()
     do {
@@ -219,7 +219,7 @@ func cancelMode() -> Never {
             case 1: task = Task(executorPreference: queue) { await sleepAnHour() }
             default: task = Task { await sleepAnHour() }
             }
-            sleepers.withLock { $0.append(task) }
+            sleepers.locked { $0.append(task) }
         }
         // Every sleep a timer (10 s at most on a loaded machine).
         while timers.count < before + count {
@@ -231,7 +231,7 @@ func cancelMode() -> Never {
         }
         let sleepsFrom = SystemClock.monotonicNanoseconds() + 3_000_000_000_000
         say("cancel scheduled \(timers.count - before) mapped \(PendingTaskSleeps.shared.count)")
-        for task in sleepers.withLock({ $0 }) { task.cancel() }
+        for task in sleepers.locked({ $0 }) { task.cancel() }
         while finished.value.load(ordering: .acquiring) < count {
             if ContinuousClock.now - startedAt > .seconds(20) {
                 say("cancel unfinished \(finished.value.load(ordering: .acquiring))")

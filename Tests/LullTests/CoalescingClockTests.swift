@@ -177,7 +177,7 @@ final class StartLine: Sendable {
 
     func arrive() async -> Deadline {
         await withCheckedContinuation { continuation in
-            let released = state.withLock { state -> [CheckedContinuation<Deadline, Never>]? in
+            let released = state.locked { state -> [CheckedContinuation<Deadline, Never>]? in
                 state.waiting.append(continuation)
                 guard state.waiting.count == state.count else { return nil }
                 defer { state.waiting = [] }

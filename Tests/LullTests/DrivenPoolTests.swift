@@ -223,14 +223,14 @@ final class DrivenPollTarget: PollTarget {
 
     func pollOnce() -> Bool {
         let tid = lull_gettid()
-        state.withLock { state in
+        state.locked { state in
             precondition(state.polling == nil, "two workers poll at once")
             state.polling = tid
             state.polls.append(tid)
         }
         testParker.unpark()
         while true {
-            let woken = state.withLock { state -> Bool? in
+            let woken = state.locked { state -> Bool? in
                 guard let wake = state.wake else { return nil }
                 state.wake = nil
                 state.polling = nil
@@ -245,7 +245,7 @@ final class DrivenPollTarget: PollTarget {
     }
 
     func timerFireHandled() {
-        let uncount = state.withLock { state -> Bool in
+        let uncount = state.locked { state -> Bool in
             guard state.armed == nil, state.timerCounted else { return false }
             state.timerCounted = false
             return true
@@ -259,7 +259,7 @@ final class DrivenPollTarget: PollTarget {
     /// As `Reactor.setTimer`: the newest generation wins; an armed window counts as
     /// interest; a new window asks for a poller.
     func arm(_ window: WakeWindow?, generation: UInt64) {
-        let count = state.withLock { state -> Int in
+        let count = state.locked { state -> Int in
             guard generation > state.appliedGeneration, !state.isShutDown else { return 0 }
             state.appliedGeneration = generation
             state.armed = window
@@ -281,9 +281,9 @@ final class DrivenPollTarget: PollTarget {
 
     // MARK: The test's side
 
-    var armed: WakeWindow? { state.withLock { $0.armed } }
-    var pollingThread: Int32? { state.withLock { $0.polling } }
-    var polls: [Int32] { state.withLock { $0.polls } }
+    var armed: WakeWindow? { state.locked { $0.armed } }
+    var pollingThread: Int32? { state.locked { $0.polling } }
+    var polls: [Int32] { state.locked { $0.polls } }
 
     /// Counts one more thing to poll for; with `requestingPoller`, asks the pool for a poller
     /// as the reactor does, and without, stands for a request that could not be answered.
@@ -296,7 +296,7 @@ final class DrivenPollTarget: PollTarget {
     /// reactor's timer callback does, and wakes the poller with "the timer expired".
     /// Returns the instant, or nil when nothing was armed.
     func expireTimer() -> UInt64? {
-        let end = state.withLock { state -> UInt64? in
+        let end = state.locked { state -> UInt64? in
             guard let window = state.armed else { return nil }
             state.armed = nil
             state.wake = true
@@ -323,7 +323,7 @@ final class DrivenPollTarget: PollTarget {
     /// Drops every interest and wakes a waiting poller: the pool's workers then park, and
     /// retire after their idle timeout.
     func shutDown() {
-        state.withLock { state in
+        state.locked { state in
             state.isShutDown = true
             state.armed = nil
             state.timerCounted = false
@@ -336,7 +336,7 @@ final class DrivenPollTarget: PollTarget {
     private func awaitState<T>(_ look: (State) -> T?) -> T? {
         let end = Deadline.now() + generousTimeout
         while true {
-            if let found = state.withLock({ look($0) }) { return found }
+            if let found = state.locked({ look($0) }) { return found }
             guard Deadline.now() < end else { return nil }
             _ = testParker.park(until: min(end, Deadline.now() + .milliseconds(50)))
         }
@@ -349,11 +349,11 @@ final class Beacon<Value: Sendable>: Sendable {
     private let parker = Parker()
 
     func post(_ value: Value) {
-        storage.withLock { $0.append(value) }
+        storage.locked { $0.append(value) }
         parker.unpark()
     }
 
-    var values: [Value] { storage.withLock { $0 } }
+    var values: [Value] { storage.locked { $0 } }
 
     /// Waits (one thread at a time) until `count` values were posted; returns them (fewer
     /// after the generous timeout).

@@ -434,7 +434,7 @@ final class ArmRecorder: Sendable {
                                watches: Int, disarms: Int)>((nil, 0, 0, 0, 0))
 
     func arm(_ window: WakeWindow, generation: UInt64) {
-        state.withLock { state in
+        state.locked { state in
             guard generation > state.generation else { return }
             state.generation = generation
             state.applied = (window, generation)
@@ -444,7 +444,7 @@ final class ArmRecorder: Sendable {
 
     /// The engine took the armed window back (a cancel left nothing to fire).
     func disarm(generation: UInt64) {
-        state.withLock { state in
+        state.locked { state in
             guard generation > state.generation else { return }
             state.generation = generation
             state.applied = nil
@@ -453,17 +453,17 @@ final class ArmRecorder: Sendable {
     }
 
     func noteWatch() {
-        state.withLock { $0.watches += 1 }
+        state.locked { $0.watches += 1 }
     }
 
-    var applied: (window: WakeWindow, generation: UInt64)? { state.withLock { $0.applied } }
-    var arms: Int { state.withLock { $0.arms } }
-    var watches: Int { state.withLock { $0.watches } }
-    var disarms: Int { state.withLock { $0.disarms } }
+    var applied: (window: WakeWindow, generation: UInt64)? { state.locked { $0.applied } }
+    var arms: Int { state.locked { $0.arms } }
+    var watches: Int { state.locked { $0.watches } }
+    var disarms: Int { state.locked { $0.disarms } }
 
     /// The armed window, disarmed (the reactor's timer expired).
     func take() -> WakeWindow? {
-        state.withLock { state in
+        state.locked { state in
             defer { state.applied = nil }
             return state.applied?.window
         }

@@ -33,12 +33,12 @@ final class WallClockWatch: ReactorEventHandler {
             return
         }
         // Stored before the registration so that an event that arrives at once finds it.
-        watch.withLock { $0 = (descriptor, nil) }
+        watch.locked { $0 = (descriptor, nil) }
         do throws(ReactorError) {
             let registration = try reactor.register(descriptor: descriptor, forWriting: false, handler: self)
-            watch.withLock { $0?.registration = registration }
+            watch.locked { $0?.registration = registration }
         } catch {
-            watch.withLock { $0 = nil }
+            watch.locked { $0 = nil }
             close(descriptor)
             RuntimeLog.once("clock-watch") { "cannot watch for system clock changes: \(error)" }
         }
@@ -46,7 +46,7 @@ final class WallClockWatch: ReactorEventHandler {
 
     /// On the polling thread: maybe the clock was set.
     func reactorEvent(readable: Bool, writable: Bool) {
-        guard let descriptor = watch.withLock({ $0?.descriptor }),
+        guard let descriptor = watch.locked({ $0?.descriptor }),
               lull_clock_watch_check(descriptor) == 1 else { return }
         onChange()
     }

@@ -32,7 +32,7 @@ enum DispatchMainQueueBridge {
             }
             lull_dispatch_main_queue_drain(descriptor)
         }
-        source.withLock { $0 = reader }
+        source.locked { $0 = reader }
         reader.activate()
         return true
     }

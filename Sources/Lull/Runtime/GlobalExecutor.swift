@@ -89,7 +89,7 @@ public enum GlobalExecutor {
                 throw GlobalExecutorError.tooLate
             }
         }
-        LullExecutorFactory.executors.withLock { executors in
+        LullExecutorFactory.executors.locked { executors in
             executors = (PoolTaskExecutor(roots: runtime.roots, timers: runtime.timers),
                          MainQueueExecutor(roots: runtime.roots, timers: runtime.timers))
         }
@@ -133,12 +133,12 @@ struct LullExecutorFactory: ExecutorFactory {
     static let executors = Mutex<(PoolTaskExecutor, MainQueueExecutor)?>(nil)
 
     static var mainExecutor: any MainExecutor {
-        guard let main = executors.withLock({ $0?.1 }) else { lullFatal("the main executor is read before install()") }
+        guard let main = executors.locked({ $0?.1 }) else { lullFatal("the main executor is read before install()") }
         return main
     }
 
     static var defaultExecutor: any TaskExecutor {
-        guard let pool = executors.withLock({ $0?.0 }) else { lullFatal("the default executor is read before install()") }
+        guard let pool = executors.locked({ $0?.0 }) else { lullFatal("the default executor is read before install()") }
         return pool
     }
 }

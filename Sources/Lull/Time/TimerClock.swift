@@ -25,12 +25,12 @@ final class ManualClock: TimerClock {
         readings = Mutex((monotonic, realtime))
     }
 
-    func monotonicNanoseconds() -> UInt64 { readings.withLock { $0.monotonic } }
-    func realtimeNanoseconds() -> UInt64 { readings.withLock { $0.realtime } }
+    func monotonicNanoseconds() -> UInt64 { readings.locked { $0.monotonic } }
+    func realtimeNanoseconds() -> UInt64 { readings.locked { $0.realtime } }
 
     /// Moves both clocks forward by `nanoseconds`.
     func advance(by nanoseconds: UInt64) {
-        readings.withLock {
+        readings.locked {
             $0.monotonic += nanoseconds
             $0.realtime += nanoseconds
         }
@@ -38,6 +38,6 @@ final class ManualClock: TimerClock {
 
     /// Sets the wall clock (the monotonic clock does not move).
     func setRealtime(_ nanoseconds: UInt64) {
-        readings.withLock { $0.realtime = nanoseconds }
+        readings.locked { $0.realtime = nanoseconds }
     }
 }

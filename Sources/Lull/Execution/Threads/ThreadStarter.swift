@@ -77,7 +77,7 @@ final class ThreadStarter: Sendable {
     /// Runs `create` (a `pthread_create`) on the starter and returns its result.
     func create(_ create: @escaping @Sendable () -> Int32) -> Int32 {
         let request = Request(create: create)
-        requests.withLock { $0.append(request) }
+        requests.locked { $0.append(request) }
         wake.unpark()
         while request.result.load(ordering: .acquiring) == Request.pending {
             request.answered.park()
@@ -88,7 +88,7 @@ final class ThreadStarter: Sendable {
     private func run() {
         _ = lull_set_thread_name("lull.starter")
         while true {
-            let taken = requests.withLock { requests -> [Request] in
+            let taken = requests.locked { requests -> [Request] in
                 defer { requests.removeAll(keepingCapacity: true) }
                 return requests
             }
