@@ -54,11 +54,7 @@ extension KernelWakeupReport {
         let ratio = coalescing.ratio.map { fixed($0, 2) } ?? "-"
         lines.append("Timer windows: \(coalescing.windows) (\(windowsWithSlack) with slack) fired in "
             + "\(coalescing.wakeupsWithTimerFires) timer interrupts; optimal \(coalescing.optimalWakeups); ratio \(ratio)")
-        if let kernel {
-            let threads = kernel.threads.map { " over \($0) threads" } ?? ""
-            lines.append("Kernel: \(kernel.voluntaryContextSwitches) voluntary context switches "
-                + "(\(fixed(kernel.perSecond, 1))/s)\(threads)")
-        }
+        if let kernel { lines.append(kernel.summaryLine) }
         return lines.joined(separator: "\n")
     }
 
@@ -68,9 +64,6 @@ extension KernelWakeupReport {
     }
 
     var jsonValue: JSONValue {
-        func rate(_ rate: WakeupReport.Rate) -> JSONValue {
-            .object([("count", .integer(rate.count)), ("perSecond", .number(rate.perSecond))])
-        }
         func optional(_ value: Double?) -> JSONValue { value.map { .number($0) } ?? .null }
         let rows = timers.map { row -> JSONValue in
             .object([
@@ -92,23 +85,19 @@ extension KernelWakeupReport {
             ("groupedBySite", .bool(groupedBySite)),
             ("lostEvents", .integer(lostEvents)),
             ("timers", .array(rows)),
-            ("wakeups", .object([("timer", rate(wakeups.timer)), ("interrupt", rate(wakeups.interrupt)),
-                                 ("thread", rate(wakeups.thread)), ("other", rate(wakeups.other)),
-                                 ("total", rate(wakeups.total))])),
+            ("wakeups", .object([("timer", wakeups.timer.jsonValue), ("interrupt", wakeups.interrupt.jsonValue),
+                                 ("thread", wakeups.thread.jsonValue), ("other", wakeups.other.jsonValue),
+                                 ("total", wakeups.total.jsonValue)])),
             ("causes", .array(causes.map { cause in
                 .object([("process", cause.process.map { .string($0) } ?? .null), ("kind", .string(cause.kind)),
-                         ("source", .string(cause.source)), ("wakeups", rate(cause.wakeups))])
+                         ("source", .string(cause.source)), ("wakeups", cause.wakeups.jsonValue)])
             })),
             ("coalescing", .object([("windows", .integer(coalescing.windows)),
                                     ("windowsWithSlack", .integer(windowsWithSlack)),
                                     ("wakeupsWithTimerFires", .integer(coalescing.wakeupsWithTimerFires)),
                                     ("optimalWakeups", .integer(coalescing.optimalWakeups)),
                                     ("ratio", coalescing.ratio.map { .number($0) } ?? .null)])),
-            ("kernel", kernel.map { kernel in
-                .object([("voluntaryContextSwitches", .integer(kernel.voluntaryContextSwitches)),
-                         ("perSecond", .number(kernel.perSecond)),
-                         ("threads", kernel.threads.map { .integer($0) } ?? .null)])
-            } ?? .null),
+            ("kernel", kernel?.jsonValue ?? .null),
         ])
     }
 }

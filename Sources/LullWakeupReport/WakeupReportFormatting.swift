@@ -17,7 +17,7 @@ extension WakeupReport {
         if timers.isEmpty {
             lines.append("No timer fired.")
         } else {
-            lines += aligned(table, leftColumns: 3)
+            lines += alignedColumns(table, leftColumns: 3)
         }
         lines.append("")
         lines.append("Wake-ups: \(wakeups.total.count) (\(fixed(wakeups.total.perSecond, 1))/s): "
@@ -27,9 +27,7 @@ extension WakeupReport {
         lines.append("Timer windows: \(coalescing.windows) fired in \(coalescing.wakeupsWithTimerFires) wake-ups; "
             + "optimal \(coalescing.optimalWakeups); ratio \(ratio)")
         if let kernel {
-            let threads = kernel.threads.map { " over \($0) threads" } ?? ""
-            lines.append("Kernel: \(kernel.voluntaryContextSwitches) voluntary context switches "
-                + "(\(fixed(kernel.perSecond, 1))/s)\(threads)")
+            lines.append(kernel.summaryLine)
         } else {
             lines.append("Kernel: no count (the process could not be read)")
         }
@@ -44,9 +42,6 @@ extension WakeupReport {
     }
 
     var jsonValue: JSONValue {
-        func rate(_ rate: Rate) -> JSONValue {
-            .object([("count", .integer(rate.count)), ("perSecond", .number(rate.perSecond))])
-        }
         let rows = timers.map { row -> JSONValue in
             .object([
                 ("identity", .string(row.identity)), ("queue", .string(row.queue)), ("qos", .string(row.qos)),
@@ -64,18 +59,14 @@ extension WakeupReport {
             ("groupedByIdentity", .bool(groupedByIdentity)),
             ("lostRecords", .integer(lostRecords)),
             ("timers", .array(rows)),
-            ("wakeups", .object([("timer", rate(wakeups.timer)), ("descriptor", rate(wakeups.descriptor)),
-                                 ("crossThread", rate(wakeups.crossThread)), ("other", rate(wakeups.other)),
-                                 ("total", rate(wakeups.total))])),
+            ("wakeups", .object([("timer", wakeups.timer.jsonValue), ("descriptor", wakeups.descriptor.jsonValue),
+                                 ("crossThread", wakeups.crossThread.jsonValue), ("other", wakeups.other.jsonValue),
+                                 ("total", wakeups.total.jsonValue)])),
             ("coalescing", .object([("windows", .integer(coalescing.windows)),
                                     ("wakeupsWithTimerFires", .integer(coalescing.wakeupsWithTimerFires)),
                                     ("optimalWakeups", .integer(coalescing.optimalWakeups)),
                                     ("ratio", coalescing.ratio.map { .number($0) } ?? .null)])),
-            ("kernel", kernel.map { kernel in
-                .object([("voluntaryContextSwitches", .integer(kernel.voluntaryContextSwitches)),
-                         ("perSecond", .number(kernel.perSecond)),
-                         ("threads", kernel.threads.map { .integer($0) } ?? .null)])
-            } ?? .null),
+            ("kernel", kernel?.jsonValue ?? .null),
             ("cpu", .array(cpu.map { time in
                 .object([("qos", .string(time.qos)), ("milliseconds", .number(time.milliseconds)),
                          ("millisecondsPerSecond", .number(time.millisecondsPerSecond))])
@@ -87,8 +78,26 @@ extension WakeupReport {
         fixed(value, value < 10 ? 2 : 1) + " ms"
     }
 
-    private func aligned(_ rows: [[String]], leftColumns: Int) -> [String] {
-        alignedColumns(rows, leftColumns: leftColumns)
+}
+
+extension WakeupReport.Rate {
+    /// `{"count": …, "perSecond": …}`, as both reports' JSON give a rate.
+    var jsonValue: JSONValue {
+        .object([("count", .integer(count)), ("perSecond", .number(perSecond))])
+    }
+}
+
+extension WakeupReport.KernelWakeups {
+    /// The "Kernel: …" line both reports end with.
+    var summaryLine: String {
+        let over = threads.map { " over \($0) threads" } ?? ""
+        return "Kernel: \(voluntaryContextSwitches) voluntary context switches (\(fixed(perSecond, 1))/s)\(over)"
+    }
+
+    var jsonValue: JSONValue {
+        .object([("voluntaryContextSwitches", .integer(voluntaryContextSwitches)),
+                 ("perSecond", .number(perSecond)),
+                 ("threads", threads.map { .integer($0) } ?? .null)])
     }
 }
 
