@@ -9,8 +9,10 @@ extension LullSuite {
     @Suite struct ForkTests {
         @Test func aTimerInAForkedChildStopsTheChildWithAMessage() async {
             await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+                // The queue comes from the parent, so that the child does little before Lull.
+                let queue = WorkQueue(label: "lull.test.fork.child-timer")
                 ForkProbe.expectChildStops(saying: "used in the child of fork()") {
-                    let timer = EventSource.makeTimerSource(queue: WorkQueue(label: "lull.test.fork.child-timer"))
+                    let timer = EventSource.makeTimerSource(queue: queue)
                     timer.setEventHandler { _exit(0) }
                     timer.schedule(deadline: .now() + .milliseconds(10))
                     timer.activate()
@@ -23,8 +25,9 @@ extension LullSuite {
 
         @Test func asyncInAForkedChildStopsTheChildWithAMessage() async {
             await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+                let queue = WorkQueue(label: "lull.test.fork.child-async")
                 ForkProbe.expectChildStops(saying: "BUG IN CLIENT OF LULL") {
-                    WorkQueue(label: "lull.test.fork.child-async").async { _exit(0) }
+                    queue.async { _exit(0) }
                     sleep(10)
                     _exit(3)
                 }
@@ -50,16 +53,31 @@ extension LullSuite {
 }
 
 /// Runs a forked child of the calling process and reports how it ended.
+///
+/// The child of a multithreaded process inherits every lock that another thread held at
+/// the fork, the Swift runtime's metadata locks included. Code in the child that reaches
+/// such a lock waits forever (the runtime's futex lock then spins on its dead owner), before
+/// it ever reaches Lull. So the parent waits a bounded time, kills a child that neither
+/// exits nor closes its pipe, and the probes fork again: a child that hangs in every
+/// attempt is reported as a failure, never as a hung test run.
 enum ForkProbe {
     struct Outcome: CustomStringConvertible {
         var signalled: Bool
         var status: Int32
         /// What the child wrote to the captured descriptor.
         var output: String
+        /// The child did not end within the wait and was killed.
+        var hung = false
         var description: String {
-            "\(signalled ? "killed by signal" : "exit status") \(status), output: \(output)"
+            hung ? "hung, killed after \(ForkProbe.childWait), output: \(output)"
+                : "\(signalled ? "killed by signal" : "exit status") \(status), output: \(output)"
         }
     }
+
+    /// How long a child may take. It needs milliseconds; this is generous for sanitizers.
+    static let childWait: Duration = .seconds(30)
+    /// Forks per probe before a hang counts as the result.
+    static let attempts = 3
 
     /// Uses the pool, the reactor and a timer, so that all of them exist when the process forks.
     static func startLull() {
@@ -72,9 +90,19 @@ enum ForkProbe {
         timer.cancel()
     }
 
-    /// Forks; the child runs `child` with `captured` (stderr unless told) on a pipe; it
-    /// must not return. nil when the pipe or the fork failed.
+    /// Forks (again, up to `attempts` times, while the child hangs); the child runs `child`
+    /// with `captured` (stderr unless told) on a pipe; it must not return. nil when the pipe
+    /// or the fork failed.
     static func runChild(capturing captured: Int32 = 2, _ child: () -> Never) -> Outcome? {
+        var outcome: Outcome?
+        for _ in 0..<attempts {
+            outcome = runChildOnce(capturing: captured, child)
+            if outcome?.hung != true { break }
+        }
+        return outcome
+    }
+
+    private static func runChildOnce(capturing captured: Int32, _ child: () -> Never) -> Outcome? {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { return nil }
         for descriptor in fds { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
@@ -86,19 +114,32 @@ enum ForkProbe {
         close(fds[1])
         defer { close(fds[0]) }
         guard pid > 0 else { return nil }
-        var output: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = read(fds[0], &buffer, buffer.count)
-            if count > 0 { output += buffer[0..<count]; continue }
-            if count < 0 && errno == EINTR { continue }
-            break
-        }
+        let (output, ended) = readUntilClosed(fds[0], deadline: ContinuousClock.now + childWait)
+        if !ended { kill(pid, SIGKILL) }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let signalled = status & 0x7f != 0
         return Outcome(signalled: signalled, status: signalled ? status & 0x7f : (status >> 8) & 0xff,
-                       output: String(decoding: output, as: UTF8.self))
+                       output: String(decoding: output, as: UTF8.self), hung: !ended)
+    }
+
+    /// Reads `descriptor` until its writers close it (true) or `deadline` passes (false).
+    private static func readUntilClosed(_ descriptor: Int32, deadline: ContinuousClock.Instant) -> ([UInt8], Bool) {
+        var output: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else { return (output, false) }
+            var request = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            let milliseconds = Int32(clamping: left.components.seconds * 1000 + 1)
+            let ready = poll(&request, 1, milliseconds)
+            if ready < 0 && errno != EINTR { return (output, false) }
+            guard ready > 0 else { continue }
+            let count = read(descriptor, &buffer, buffer.count)
+            if count > 0 { output += buffer[0..<count]; continue }
+            if count < 0 && errno == EINTR { continue }
+            return (output, true)
+        }
     }
 
     /// In an exit test's child: with Lull running, forks a child that runs `child` and
