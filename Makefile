@@ -38,6 +38,10 @@ WERROR     ?= -Xswiftc -warnings-as-errors
 # check-snippets build the library as a client does).
 TRAITS     ?= --traits ServiceContext
 BENCH_ARGS ?=
+# A test run still going after this many seconds is hung: scripts/watchdog.sh prints every
+# thread's stack and stops it, so the run fails with a diagnosis.
+TEST_TIME_LIMIT ?= 1500
+WATCHDOG = ./scripts/watchdog.sh $(TEST_TIME_LIMIT)
 # Seeds of the long stress runs; each case runs in a child process of its own, so that a
 # crash is logged with its seed and shrunk (see StressConfiguration.swift for LULL_STRESS_*).
 STRESS_ROUNDS      ?= 400
@@ -70,7 +74,7 @@ examples: deps
 
 test: deps check-layers check-client examples check-snippets
 	$(SWIFT) build $(TRAITS) --build-tests $(WERROR) $(SWIFTFLAGS)
-	$(SWIFT) test $(TRAITS) --skip-build $(SWIFTFLAGS)
+	$(WATCHDOG) $(SWIFT) test $(TRAITS) --skip-build $(SWIFTFLAGS)
 	@$(MAKE) --no-print-directory test-unprivileged
 
 # The priority, signal and limit suites again as nobody (as root; otherwise it says it skips).
@@ -79,7 +83,7 @@ test-unprivileged:
 
 test-tsan: deps examples
 	$(SWIFT) build $(TRAITS) --build-tests --sanitize=thread --scratch-path .build-tsan $(WERROR) $(SWIFTFLAGS)
-	$(SWIFT) test $(TRAITS) --skip-build --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
+	$(WATCHDOG) $(SWIFT) test $(TRAITS) --skip-build --sanitize=thread --scratch-path .build-tsan $(SWIFTFLAGS)
 
 stress: deps
 	$(SWIFT) build $(TRAITS) --build-tests $(WERROR) $(SWIFTFLAGS)
