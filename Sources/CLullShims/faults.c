@@ -42,8 +42,8 @@ int lull_fault_take_armed(lull_call call) {
 struct event;
 int event_add(struct event *event, const struct timeval *timeout);
 
-int lull_event_add(struct event *event, const struct timeval *timeout) {
-    int injected = lull_fault_take(LULL_CALL_EVENT_ADD);
+int lull_event_add(lull_call seam, struct event *event, const struct timeval *timeout) {
+    int injected = lull_fault_take(seam);
     if (injected != 0) return -injected;
     // libevent returns -1; errno holds the cause when a system call (epoll_ctl) failed. Its
     // log callback (LibeventLog) keeps errno as it found it.

@@ -374,14 +374,14 @@ extension LullSuite {
             defer { unsetenv("LULL_TEST_FAULT_COUNT") }
             let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
                 let failures = getenv("LULL_TEST_FAULT_COUNT").flatMap { Int32(String(cString: $0)) } ?? 1
-                SyscallFault.arm(.eventAdd, errno: ENOMEM, count: failures)
+                SyscallFault.arm(.eventAddTimer, errno: ENOMEM, count: failures)
                 let fired = Counter()
                 let queue = WorkQueue(label: "lull.test.fault.timer-add")
                 for milliseconds in [5, 20, 40] {
                     queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { fired.increment() }
                 }
                 childRequire(fired.await { $0 == 3 }, "\(fired.value) of 3 delayed blocks ran")
-                childRequire(SyscallFault.hits(.eventAdd) >= min(Int(failures), 2), "\(SyscallFault.hits(.eventAdd)) of \(failures) failures injected")
+                childRequire(SyscallFault.hits(.eventAddTimer) >= min(Int(failures), 2), "\(SyscallFault.hits(.eventAddTimer)) of \(failures) failures injected")
                 childRequire(waitUntil { !Runtime.shared.reactor.needsPoller }, "the reactor still counts a timer that fired")
             }
             let message = standardErrorText(result)

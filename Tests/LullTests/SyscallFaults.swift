@@ -16,6 +16,8 @@ enum SyscallFault {
     /// The calls of the seam, one per `lull_call`.
     enum Call: CaseIterable, CustomStringConvertible {
         case eventAdd
+        case eventAddTimer
+        case eventAddDiagnostics
         case eventfd
         case eventfdRead
         case timerfdCreate
@@ -30,6 +32,8 @@ enum SyscallFault {
         var raw: lull_call {
             switch self {
             case .eventAdd: LULL_CALL_EVENT_ADD
+            case .eventAddTimer: LULL_CALL_EVENT_ADD_TIMER
+            case .eventAddDiagnostics: LULL_CALL_EVENT_ADD_DIAGNOSTICS
             case .eventfd: LULL_CALL_EVENTFD
             case .eventfdRead: LULL_CALL_EVENTFD_READ
             case .timerfdCreate: LULL_CALL_TIMERFD_CREATE
@@ -46,6 +50,8 @@ enum SyscallFault {
         var description: String {
             switch self {
             case .eventAdd: "event_add"
+            case .eventAddTimer: "event_add (reactor timer)"
+            case .eventAddDiagnostics: "event_add (diagnostics socket)"
             case .eventfd: "eventfd"
             case .eventfdRead: "read(eventfd)"
             case .timerfdCreate: "timerfd_create"

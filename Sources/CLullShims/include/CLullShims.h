@@ -294,10 +294,16 @@ int lull_peer_uid(int fd, uint32_t *uid);
 /// a program sees for each). Each shim named here checks the fault table first; the tests'
 /// support target (Tests/CLullTestSupport) arms it.
 typedef enum lull_call {
-    /// lull_event_add: libevent's event_add, which is epoll_ctl for a descriptor's event and
-    /// a heap insert for a timeout. libevent makes its epoll_ctl calls inside event_add, so
-    /// this is the seam for them.
+    /// lull_event_add for a source's descriptor: libevent's event_add, which makes its
+    /// epoll_ctl call, so this is the seam for them. The runtime's own events have seams of
+    /// their own (below), so that a fault armed for a source's registration is never taken
+    /// by a timer that another thread arms meanwhile.
     LULL_CALL_EVENT_ADD = 0,
+    /// lull_event_add for the reactor's timer: the timerfd's event (epoll_ctl) and
+    /// libevent's timeout (a heap insert).
+    LULL_CALL_EVENT_ADD_TIMER,
+    /// lull_event_add for the diagnostics socket's listener.
+    LULL_CALL_EVENT_ADD_DIAGNOSTICS,
     /// lull_eventfd.
     LULL_CALL_EVENTFD,
     /// Each read(2) of lull_eventfd_drain.
@@ -338,9 +344,9 @@ extern lull_fault_entry lull_fault_table[LULL_CALL_COUNT];
 extern int lull_faults_armed;
 
 struct event;
-/// event_add(3) through the fault table: 0 or -errno (-EINVAL when libevent failed without
-/// a system error).
-int lull_event_add(struct event *event, const struct timeval *timeout);
+/// event_add(3) through the fault table's entry `seam` (one of the LULL_CALL_EVENT_ADD
+/// kinds): 0 or -errno (-EINVAL when libevent failed without a system error).
+int lull_event_add(lull_call seam, struct event *event, const struct timeval *timeout);
 /// pthread_create(3) through the fault table: 0 or -(the error number).
 int lull_pthread_create(pthread_t *thread, const pthread_attr_t *attributes,
                         void *(*start)(void *), void *argument);

@@ -92,7 +92,7 @@ enum ControlSocket {
             let wanted = isPolled()
             guard wanted != state.added else { return }
             if wanted {
-                if lull_event_add(event, nil) != 0 {
+                if lull_event_add(LULL_CALL_EVENT_ADD_DIAGNOSTICS, event, nil) != 0 {
                     RuntimeLog.once("diagnostics-socket-add") { "the diagnostics socket could not join the reactor" }
                     return
                 }

@@ -98,7 +98,7 @@ extension Reactor {
             throw ReactorError(descriptor: descriptor, errno: ENOMEM)
         }
         Diagnostics.reactorWillChange()
-        if let failure = Syscall.failure("event_add", { lull_event_add(event, nil) }) {
+        if let failure = Syscall.failure("event_add", { lull_event_add(LULL_CALL_EVENT_ADD, event, nil) }) {
             event_free(event)
             throw ReactorError(descriptor: descriptor, errno: failure.code)
         }

@@ -220,7 +220,7 @@ final class Reactor: Sendable {
                 try preciseTimer.arm(at: plan.precise)
                 if !state.preciseAdded {
                     Diagnostics.reactorWillChange()
-                    if lull_event_add(preciseEvent, nil) == 0 {
+                    if lull_event_add(LULL_CALL_EVENT_ADD_TIMER, preciseEvent, nil) == 0 {
                         state.preciseAdded = true
                     } else {
                         RuntimeLog.once("timerfd-add") { "event_add for the reactor's timerfd failed; timers wake on libevent's coarse clock" }
@@ -243,7 +243,7 @@ final class Reactor: Sendable {
             var timeout = timeval(tv_sec: Int(coarse.delayMicroseconds / 1_000_000),
                                   tv_usec: Int(coarse.delayMicroseconds % 1_000_000))
             Diagnostics.reactorWillChange()
-            if let refused = Syscall.failure("event_add", { lull_event_add(timerEvent, &timeout) }) {
+            if let refused = Syscall.failure("event_add", { lull_event_add(LULL_CALL_EVENT_ADD_TIMER, timerEvent, &timeout) }) {
                 if !heldByEvent {
                     armFallback(timeout, refused: refused, &state)
                 } else {
