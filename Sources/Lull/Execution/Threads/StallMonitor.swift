@@ -14,7 +14,9 @@ import Glibc
 /// caught asleep for an instant on a lock (the class's own, a caller's, the allocator's)
 /// used CPU since the last look, and one between jobs is in none. Workers in Lull's waits
 /// are counted apart (`blocked`): another thread was started for them when they blocked.
-/// Every class is looked at alike, the poller's own included: the poller never takes a
+/// How many threads a look starts is `StallPolicy`'s: each blocked worker once, none while
+/// the class's workers wait for a CPU (runnable but descheduled is not blocked), never more
+/// than the queued work. Every class is looked at alike, the poller's own included: the poller never takes a
 /// job while there is something to poll for (see `WorkerPool`), so the check always gets
 /// to run.
 ///
@@ -25,7 +27,10 @@ import Glibc
 /// `maximumInterval`), and every `interval` while the pool is at its ceiling.
 ///
 /// Nothing runs while the pool is neither saturated nor short of a thread: the check is
-/// armed by a saturated submit or a failed thread creation, never by a clock.
+/// armed by a saturated submit or a failed thread creation, never by a clock, with a
+/// leeway (a watchdog, not a deadline), and taken back, with its wake-up, by a worker that
+/// runs out of work while no class has queued work: a burst that drains before the look
+/// costs no wake-up. The state model is in docs/WorkerPool.md.
 final class StallMonitor: Sendable {
     static let interval: UInt64 = 50_000_000
     /// The CPU time a worker may have used between two looks and still count as waiting
