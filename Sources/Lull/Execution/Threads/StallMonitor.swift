@@ -129,6 +129,9 @@ extension WorkerPool {
     /// Called when work was queued and no thread could take it, or a thread could not be
     /// created.
     func noteSaturated() {
+        // Every saturated submit comes here: while a look is armed, return before the
+        // closure (an allocation) is made.
+        if stallMonitor.isArmed { return }
         let delay = StallMonitor.delay(afterFailures: threadCreationFailures.load(ordering: .relaxed))
         stallMonitor.arm(after: delay) { self.checkForStalls() }
     }
