@@ -169,12 +169,16 @@ final class TimerEngine: Sendable {
     /// (a cancelled sleep of an otherwise idle process costs no wake-up), and one that
     /// leaves the earliest deadline more than `staleArmGap` after the armed instant arms it
     /// anew (that wake-up would be a lone one, fire nothing, and come long before any other).
-    func cancel(_ entry: TimerEntry) {
+    ///
+    /// `reclaimingWakeUp` moves the armed wake-up whenever it would now fire nothing, however
+    /// close the next deadline: for an entry that is cancelled rarely and whose own wake-up
+    /// is the one to save (the stall check's look, taken back when a burst drained).
+    func cancel(_ entry: TimerEntry, reclaimingWakeUp: Bool = false) {
         let change = state.locked { state -> ArmChange? in
             guard entry.isScheduled else { return nil }
             remove(entry, from: &state)
             earliestDeadline.store(state.firstDeadline ?? .max, ordering: .releasing)
-            return staleArmChange(&state)
+            return staleArmChange(&state, gap: reclaimingWakeUp ? 1 : TimerEngine.staleArmGap)
         }
         switch change {
         case nil: break
@@ -195,7 +199,7 @@ final class TimerEngine: Sendable {
 
     /// After a removal: the armed wake-up taken back when nothing is left, or moved when
     /// it would fire nothing and the earliest deadline is `staleArmGap` or more after it.
-    private func staleArmChange(_ state: inout State) -> ArmChange? {
+    private func staleArmChange(_ state: inout State, gap: UInt64) -> ArmChange? {
         guard let armed = state.armedAt else { return nil }
         // Both heaps: an `asyncAfter` block left alone still needs its wake-up.
         guard let first = state.firstDeadline else {
@@ -203,7 +207,7 @@ final class TimerEngine: Sendable {
             state.armGeneration += 1
             return .disarm(state.armGeneration)
         }
-        guard first > armed, first - armed >= TimerEngine.staleArmGap else { return nil }
+        guard first > armed, first - armed >= gap else { return nil }
         state.armedAt = nil
         return rearm(&state).map(ArmChange.arm)
     }

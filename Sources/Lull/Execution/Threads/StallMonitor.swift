@@ -14,7 +14,9 @@ import Glibc
 /// caught asleep for an instant on a lock (the class's own, a caller's, the allocator's)
 /// used CPU since the last look, and one between jobs is in none. Workers in Lull's waits
 /// are counted apart (`blocked`): another thread was started for them when they blocked.
-/// Every class is looked at alike, the poller's own included: the poller never takes a
+/// How many threads a look starts is `StallPolicy`'s: each blocked worker once, none while
+/// the class's workers wait for a CPU (runnable but descheduled is not blocked), never more
+/// than the queued work. Every class is looked at alike, the poller's own included: the poller never takes a
 /// job while there is something to poll for (see `WorkerPool`), so the check always gets
 /// to run.
 ///
@@ -25,7 +27,10 @@ import Glibc
 /// `maximumInterval`), and every `interval` while the pool is at its ceiling.
 ///
 /// Nothing runs while the pool is neither saturated nor short of a thread: the check is
-/// armed by a saturated submit or a failed thread creation, never by a clock.
+/// armed by a saturated submit or a failed thread creation, never by a clock, with a
+/// leeway (a watchdog, not a deadline), and taken back, with its wake-up, by a worker that
+/// runs out of work while no class has queued work: a burst that drains before the look
+/// costs no wake-up. The state model is in docs/WorkerPool.md.
 final class StallMonitor: Sendable {
     static let interval: UInt64 = 50_000_000
     /// The CPU time a worker may have used between two looks and still count as waiting
@@ -34,7 +39,18 @@ final class StallMonitor: Sendable {
     static let busyCPU: UInt64 = 1_000_000
     static let maximumInterval: UInt64 = 1_600_000_000
 
+    /// The look is a watchdog, not a deadline: its window is [delay, delay + leeway], so
+    /// that it shares a wake-up with any timer due in it.
+    static let leeway: UInt64 = interval
+
+    /// Whether a look is scheduled: lets `arm` and `cancelIfNothingWaits` return at once,
+    /// without the lock, when there is nothing to do (every saturated submit and every
+    /// worker that runs out of work asks).
     private let armed = Atomic<Bool>(false)
+    /// The scheduled look and its generation: a look cancelled too late to stop its fire
+    /// finds another generation (or none) and does nothing.
+    private let scheduled = Mutex<(entry: CallbackEntry, generation: UInt64)?>(nil)
+    private let generations = Atomic<UInt64>(0)
     /// Where the look is scheduled: the runtime's timer engine, as housekeeping.
     private let timers: TimerEngine
 
@@ -47,15 +63,50 @@ final class StallMonitor: Sendable {
         min(maximumInterval, interval << UInt64(min(max(failures, 0), 5)))
     }
 
+    /// Whether a look is scheduled (for tests).
+    var isArmed: Bool { armed.load(ordering: .acquiring) }
+
+    /// Schedules `check` `delay` from now (within `leeway`), unless a look is scheduled.
     func arm(after delay: UInt64, _ check: @escaping @Sendable () -> Void) {
-        guard armed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
-            return
+        if armed.load(ordering: .acquiring) { return }
+        let generation = generations.add(1, ordering: .relaxed).newValue
+        let entry = CallbackEntry(isHousekeeping: true) { [self] in
+            if take(generation) { check() }
         }
-        DelayedWork.scheduleHousekeeping(at: timers.now + delay, on: timers, check)
+        let won = scheduled.withLock { current -> Bool in
+            guard current == nil else { return false }
+            current = (entry, generation)
+            armed.store(true, ordering: .releasing)
+            return true
+        }
+        // Scheduled after the lock: a cancel in between finds the entry not yet scheduled
+        // and clears the record, so that the late fire finds another generation.
+        if won { timers.schedule(entry, deadline: timers.now + delay, leeway: StallMonitor.leeway) }
     }
 
-    func disarm() {
-        armed.store(false, ordering: .releasing)
+    /// The look's fire: true when it is the scheduled one (which is no longer scheduled).
+    private func take(_ generation: UInt64) -> Bool {
+        scheduled.withLock { current -> Bool in
+            guard current?.generation == generation else { return false }
+            current = nil
+            armed.store(false, ordering: .releasing)
+            return true
+        }
+    }
+
+    /// Takes the scheduled look back, with the wake-up the reactor was armed for it: called
+    /// when no class has queued work (a burst drained before the look), so that a process
+    /// whose bursts drain wakes only for its own timers.
+    func cancel() {
+        guard armed.load(ordering: .acquiring) else { return }
+        let entry = scheduled.withLock { current -> CallbackEntry? in
+            defer {
+                current = nil
+                armed.store(false, ordering: .releasing)
+            }
+            return current?.entry
+        }
+        if let entry { timers.cancel(entry, reclaimingWakeUp: true) }
     }
 
     /// True when the kernel says the thread sleeps (interruptibly or not).
@@ -78,13 +129,25 @@ extension WorkerPool {
     /// Called when work was queued and no thread could take it, or a thread could not be
     /// created.
     func noteSaturated() {
+        // Every saturated submit comes here: while a look is armed, return before the
+        // closure (an allocation) is made.
+        if stallMonitor.isArmed { return }
         let delay = StallMonitor.delay(afterFailures: threadCreationFailures.load(ordering: .relaxed))
         stallMonitor.arm(after: delay) { self.checkForStalls() }
     }
 
+    /// Called by a worker that found no job of its class: when no class has queued work,
+    /// the scheduled look has nothing to look at (a burst that saturated a class drained
+    /// before it), and is taken back with its wake-up.
+    func cancelStallCheckIfNothingWaits() {
+        guard stallMonitor.isArmed else { return }
+        for pool in classes where pool.queuedJobs.load(ordering: .acquiring) > 0 { return }
+        stallMonitor.cancel()
+    }
+
     private enum ClassCondition {
         /// Jobs wait, every thread the class may run is taken: some may be blocked.
-        case saturated(workers: [(tid: Int32, activity: WorkerActivity)], knownBlocked: Int, taken: UInt64)
+        case saturated(workers: [(tid: Int32, activity: WorkerActivity)], taken: UInt64)
         /// Jobs wait with a thread missing (its creation failed): start one.
         case shortOfAThread
         /// Jobs wait with a thread missing and the pool at its ceiling: look again later.
@@ -122,7 +185,6 @@ extension WorkerPool {
     }
 
     func checkForStalls() {
-        stallMonitor.disarm()
         var stillSaturated = false
         let pollerTid = pollerThreadID.load(ordering: .acquiring)
         for pool in classes {
@@ -139,49 +201,56 @@ extension WorkerPool {
                 }
                 // Workers woken for work and not yet back on a CPU sleep in the kernel's
                 // eyes too, but are in no job: the look below passes them by.
-                return .saturated(workers: state.workers.map { ($0.key, $0.value) }, knownBlocked: state.blocked,
-                                  taken: state.taken)
+                return .saturated(workers: state.workers.map { ($0.key, $0.value) }, taken: state.taken)
             }
-            let workers: [(tid: Int32, activity: WorkerActivity)], knownBlocked: Int, taken: UInt64
+            let workers: [(tid: Int32, activity: WorkerActivity)], taken: UInt64
             switch condition {
             case nil:
                 continue
             case .shortOfAThread:
                 // A failure re-arms the check itself (with back-off); a class left with no
                 // thread at all hands its queued work to one that has a thread.
-                if !startWorker(Worker(pool: pool, owner: self), wokenForWork: true) { rehomeJobsOfThreadlessClass(pool) }
+                if !startWorker(Worker(pool: pool, owner: self), wokenForWork: true, reason: .retry) {
+                    rehomeJobsOfThreadlessClass(pool)
+                }
                 continue
             case .atTheCeiling:
                 stillSaturated = true
                 continue
-            case .saturated(let classWorkers, let blocked, let jobsTaken):
-                (workers, knownBlocked, taken) = (classWorkers, blocked, jobsTaken)
+            case .saturated(let classWorkers, let jobsTaken):
+                (workers, taken) = (classWorkers, jobsTaken)
             }
             stillSaturated = true
             // Progress since the last look: threads seen asleep were only between jobs or on
-            // a lock for a moment (a caller's lock, the allocator's), not blocked. The
-            // workers' records are kept current all the same.
-            if pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken {
-                for worker in workers { _ = worker.activity.waitedThroughInterval(tid: worker.tid, cpuBudget: 0) }
-                continue
+            // a lock for a moment (a caller's lock, the allocator's), not blocked. Each look
+            // records every worker's job, CPU time and run-queue wait all the same, so that
+            // the next look measures from this one.
+            let progressed = pool.takenAtLastCheck.exchange(taken, ordering: .relaxed) != taken
+            var looks: [StallPolicy.Look] = []
+            looks.reserveCapacity(workers.count)
+            for worker in workers where worker.tid != pollerTid {
+                let inOneJob = worker.activity.waitedThroughInterval(
+                    tid: worker.tid, cpuBudget: progressed ? 0 : StallMonitor.busyCPU)
+                let runQueueWait = worker.activity.runQueueWaitSinceLastCheck(tid: worker.tid)
+                looks.append(StallPolicy.Look(inOneJobWithoutCPU: inOneJob,
+                                              sleeping: inOneJob && StallMonitor.isSleeping(tid: worker.tid),
+                                              runQueueWait: runQueueWait))
             }
-            // Each look records every worker's job and CPU time (so no early return before).
-            let waiting = workers.filter { worker in
-                worker.tid != pollerTid
-                    && worker.activity.waitedThroughInterval(tid: worker.tid, cpuBudget: StallMonitor.busyCPU)
-                    && StallMonitor.isSleeping(tid: worker.tid)
-            }.count
-            let unknownBlocked = waiting - knownBlocked
-            guard unknownBlocked > 0 else { continue }
-            for _ in 0..<unknownBlocked {
+            if progressed { continue }
+            let wanted = pool.state.locked { state in
+                StallPolicy.threadsToStart(looks: looks, running: state.running, knownBlocked: state.blocked,
+                                           queued: state.jobs.count, waking: state.waking, cpuCount: cpuCount)
+            }
+            for _ in 0..<wanted {
                 let spawn = pool.state.locked { state -> Bool in
-                    guard !state.jobs.isEmpty, reserveThread() else { return false }
+                    guard state.jobs.count > state.waking, reserveThread() else { return false }
                     state.running += 1
                     state.threads += 1
                     state.waking += 1
                     return true
                 }
-                guard spawn, startWorker(Worker(pool: pool, owner: self), wokenForWork: true) else { break }
+                guard spawn, startWorker(Worker(pool: pool, owner: self), wokenForWork: true,
+                                         reason: .stallReplacement) else { break }
             }
         }
         if stillSaturated { noteSaturated() }

@@ -12,6 +12,9 @@ final class WorkerActivity: Sendable {
     let jobsAtLastCheck = Atomic<UInt64>(0)
     /// The thread's CPU time (ns) at the stall check's previous look.
     let cpuAtLastCheck = Atomic<UInt64>(0)
+    /// The thread's run-queue wait (ns, `ThreadSchedStat`) at the stall check's previous
+    /// look; `UInt64.max`: not read yet.
+    let runQueueWaitAtLastCheck = Atomic<UInt64>(.max)
 
     /// The worker starts a job (only the worker's thread calls it).
     @inline(__always)
@@ -38,5 +41,17 @@ final class WorkerActivity: Sendable {
         // The thread's CPU clock unreadable (it is exiting): not waiting.
         guard cpu >= 0, job & 1 == 1, job == previousJob else { return false }
         return UInt64(cpu) &- previousCPU < cpuBudget
+    }
+
+    /// The stall check's look at how long thread `tid` waited for a CPU since the previous
+    /// look (nil: unknown — the first look, or no scheduler statistics). Records the total.
+    func runQueueWaitSinceLastCheck(tid: Int32) -> UInt64? {
+        guard let stat = ThreadSchedStat.read(tid: tid) else {
+            runQueueWaitAtLastCheck.store(.max, ordering: .relaxed)
+            return nil
+        }
+        let previous = runQueueWaitAtLastCheck.exchange(stat.runQueueWaitNanoseconds, ordering: .relaxed)
+        guard previous != .max, stat.runQueueWaitNanoseconds >= previous else { return nil }
+        return stat.runQueueWaitNanoseconds - previous
     }
 }

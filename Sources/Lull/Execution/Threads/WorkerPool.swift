@@ -47,6 +47,8 @@ final class WorkerPool: Sendable {
     /// lower nice values (nil where it can).
     private let starter: ThreadStarter?
     private let totalThreads = Atomic<Int>(0)
+    /// Threads started so far, by why (said when the ceiling is reached; read by tests).
+    let threadStarts = ThreadStartCounts()
     /// Who polls the reactor, or who has been asked to (see `PollerSlot`).
     let pollerSlot = PollerSlot()
     /// Consecutive failures to create a thread: the stall monitor's retries back off by it.
@@ -142,7 +144,7 @@ final class WorkerPool: Sendable {
         switch helper {
         case .none: break
         case .wake(let worker): worker.parker.unpark()
-        case .spawn: startWorker(Worker(pool: pool, owner: self), wokenForWork: true)
+        case .spawn: startWorker(Worker(pool: pool, owner: self), wokenForWork: true, reason: .work)
         case .saturated: noteSaturated()
         }
     }
@@ -217,7 +219,7 @@ final class WorkerPool: Sendable {
             state.threads += 1
             return true
         }
-        if spawn { startWorker(worker, wokenForWork: false) }
+        if spawn { startWorker(worker, wokenForWork: false, reason: .poller) }
     }
 
     private enum PollerClaim {
@@ -239,7 +241,7 @@ final class WorkerPool: Sendable {
             current = original
         }
         RuntimeLog.once("thread-ceiling") {
-            "worker thread ceiling (\(threadCeiling) threads) reached: new work waits for a thread to become free"
+            "worker thread ceiling (\(threadCeiling) threads) reached: new work waits for a thread to become free (threads started: \(threadStarts.summary))"
         }
         return false
     }
@@ -252,7 +254,7 @@ final class WorkerPool: Sendable {
     /// arms the stall monitor, which tries again (backing off) while work waits: queued work
     /// never waits on a thread that was never created. Returns whether the thread started.
     @discardableResult
-    func startWorker(_ worker: Worker, wokenForWork: Bool) -> Bool {
+    func startWorker(_ worker: Worker, wokenForWork: Bool, reason: ThreadStartReason) -> Bool {
         let pool = worker.pool
         worker.wokenForWork.store(wokenForWork, ordering: .relaxed)
         let context = Unmanaged.passRetained(worker).toOpaque()
@@ -265,6 +267,7 @@ final class WorkerPool: Sendable {
         }
         guard result != 0 else {
             threadCreationFailures.store(0, ordering: .relaxed)
+            threadStarts.record(reason)
             return true
         }
         Unmanaged<Worker>.fromOpaque(context).release()
@@ -350,6 +353,8 @@ final class WorkerPool: Sendable {
         var backFromPoll = false
         while true {
             var cascade = Helper.none
+            // Started or claimed to poll: counted running for it, whatever the class ran.
+            var answersPollerRequest = false
             let next = pool.state.locked { state -> Next in
                 let wokenForWork = worker.wokenForWork.exchange(false, ordering: .relaxed)
                 if wokenForWork { state.waking -= 1 }
@@ -360,7 +365,10 @@ final class WorkerPool: Sendable {
                     // it first: it was counted for it). Leaving the slot and then reading
                     // the interest (both sequentially consistent) pairs with
                     // `ensurePoller`, which raises the interest and then reads the slot.
-                    if pollerSlot.state == .requested(worker.token) { pollerSlot.withdraw(for: worker.token) }
+                    if pollerSlot.state == .requested(worker.token) {
+                        pollerSlot.withdraw(for: worker.token)
+                        answersPollerRequest = true
+                    }
                     // While threads cannot be created, queued jobs come first too: no
                     // other thread may ever come for them (a degradation: the reactor
                     // then waits behind the job).
@@ -374,12 +382,13 @@ final class WorkerPool: Sendable {
                     }
                 }
                 // Back from polling (which it was started or claimed for while every worker
-                // was busy) with the class over its CPU count: the thread retires rather
+                // was busy), or started or claimed to poll and finding no need or another
+                // poller, with the class over its CPU count: the thread retires rather
                 // than run jobs on top of the others. Staying, it would be one more thread
                 // competing for the same cores, and the next poll needed while all are busy
                 // would start yet another (the stall check's own look needs one every
                 // interval while the class is saturated), up to the pool's ceiling.
-                if backFromPoll && state.running > cpuCount {
+                if (backFromPoll || answersPollerRequest) && state.running > cpuCount {
                     state.running -= 1
                     state.threads -= 1
                     return .retire
@@ -411,12 +420,14 @@ final class WorkerPool: Sendable {
             case .retire:
                 return
             case .spin:
+                cancelStallCheckIfNothingWaits()
                 switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
                 case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
                 case .lookAgain: continue
                 case .idle: if !parkUntilClaimed(worker, pool: pool) { return }
                 }
             case .park:
+                cancelStallCheckIfNothingWaits()
                 if !parkUntilClaimed(worker, pool: pool) { return }
             }
         }
