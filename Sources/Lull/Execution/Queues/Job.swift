@@ -42,7 +42,7 @@ struct Job: Sendable {
     /// A drain request carries the class of the most important block waiting in the queue,
     /// over any QoS the target imposes (a raised child raises its target).
     static func drain(_ queue: WorkQueue, at qosClass: QoS.QoSClass) -> Job {
-        Job(work: .drain(queue), qos: QoS(qosClass), flags: .enforceQoS, context: .empty, group: nil)
+        Job(work: .drain(queue), qos: QoS(qosClass), flags: .enforceQoS, context: .noActivity, group: nil)
     }
 }
 
