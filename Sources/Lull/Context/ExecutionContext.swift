@@ -53,6 +53,12 @@ public struct ExecutionContext: Sendable, Equatable {
     /// No activity.
     public static let empty = ExecutionContext(id: 0, parentID: 0, name: nil)
 
+    /// `empty`, built in place: a static costs a once-check and a copy that counts the
+    /// references of its (nil) name and service, on every block submitted.
+    static var noActivity: ExecutionContext {
+        @inline(__always) get { ExecutionContext(id: 0, parentID: 0, name: nil) }
+    }
+
     /// The current activity's identifier; 0 means no activity.
     public var activityID: UInt64 { id }
     /// The identifier of the activity this one was started in; 0 for none.

@@ -6,30 +6,27 @@ struct ClassMarks: Sendable {
     /// Per class rank (index 0, unspecified, unused): the last position, -1 for none.
     private var last: (Int32, Int32, Int32, Int32, Int32) = (-1, -1, -1, -1, -1)
 
+    /// The five positions are read and written in place, by rank (1...5 → bytes 0, 4, ...
+    /// 16 of the tuple): every block queued on a serial queue notes its class here, under
+    /// the queue's lock, and a switch per access costs more than the lock.
+    @inline(__always)
     private func position(ofRank rank: Int) -> Int32 {
-        switch rank {
-        case 1: last.0
-        case 2: last.1
-        case 3: last.2
-        case 4: last.3
-        default: last.4
-        }
+        assert((1...5).contains(rank), "ClassMarks: rank \(rank) out of 1...5")
+        return withUnsafeBytes(of: last) { $0.load(fromByteOffset: (rank - 1) &* 4, as: Int32.self) }
     }
 
+    @inline(__always)
     private mutating func setPosition(_ value: Int32, ofRank rank: Int) {
-        switch rank {
-        case 1: last.0 = value
-        case 2: last.1 = value
-        case 3: last.2 = value
-        case 4: last.3 = value
-        default: last.4 = value
-        }
+        assert((1...5).contains(rank), "ClassMarks: rank \(rank) out of 1...5")
+        withUnsafeMutableBytes(of: &last) { $0.storeBytes(of: value, toByteOffset: (rank - 1) &* 4, as: Int32.self) }
     }
 
+    @inline(__always)
     mutating func note(_ qosClass: QoS.QoSClass, at index: Int) {
         guard qosClass != .unspecified, index >= 0 else { return }
         let rank = qosClass.rank
-        if Int32(clamping: index) > position(ofRank: rank) { setPosition(Int32(clamping: index), ofRank: rank) }
+        let value = Int32(clamping: index)
+        if value > position(ofRank: rank) { setPosition(value, ofRank: rank) }
     }
 
     /// The highest class among the blocks at `index` and after, and the last position at

@@ -18,6 +18,9 @@ struct Job: Sendable {
         /// A Swift job enqueued on one of Lull's process-wide executors (the default or main
         /// executor `GlobalExecutor.install()` installs), which runs it as itself.
         case hostedSwiftJob(UnownedJob, SwiftJobHost)
+        /// What a job holds once its runner took the work out to run it (`takeWork`);
+        /// never queued.
+        case taken
     }
 
     var work: Work
@@ -33,6 +36,26 @@ struct Job: Sendable {
     /// counts as running on that queue (for barriers and suspension).
     var owner: WorkQueue? = nil
 
+    /// Moves the work out, leaving `taken`: the runner runs the block it took without
+    /// retaining it (a copy of the block would count a reference the submitting thread
+    /// also writes, and the job would release it once more when it is destroyed).
+    mutating func takeWork() -> Work {
+        // A move through the field's address: `swap` and an assignment copy the work
+        // (through its value witness) and release it again.
+        withUnsafeMutablePointer(to: &work) { field in
+            let taken = field.move()
+            field.initialize(to: .taken)
+            return taken
+        }
+    }
+
+    /// The `sync` caller this job stands for, if it is one. Read through the getter (the
+    /// job borrowed), a test of a job about to be consumed does not copy its work.
+    var syncWaiter: SyncWaiter? {
+        if case .syncWaiter(let waiter) = work { return waiter }
+        return nil
+    }
+
     var isBarrier: Bool {
         if flags.contains(.barrier) { return true }
         if case .syncWaiter(let waiter) = work { return waiter.isBarrier }
@@ -42,7 +65,7 @@ struct Job: Sendable {
     /// A drain request carries the class of the most important block waiting in the queue,
     /// over any QoS the target imposes (a raised child raises its target).
     static func drain(_ queue: WorkQueue, at qosClass: QoS.QoSClass) -> Job {
-        Job(work: .drain(queue), qos: QoS(qosClass), flags: .enforceQoS, context: .empty, group: nil)
+        Job(work: .drain(queue), qos: QoS(qosClass), flags: .enforceQoS, context: .noActivity, group: nil)
     }
 }
 

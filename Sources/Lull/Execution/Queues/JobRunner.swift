@@ -7,7 +7,10 @@ enum JobRunner {
     ///     queue: a serial queue raised because a more important block waits behind this one
     ///     (asynchronous inversion), or the level of the drain of a parent queue. Blocks
     ///     never run below it: that is how an override shows in `QoS.current`.
-    static func run(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+    ///
+    /// The job is consumed (each caller hands over a job it took from a queue): its work
+    /// moves out of it to run.
+    static func run(_ job: consuming Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
         guard let global = job.globalClass else {
             runOnQueue(job, floor: floor, drainQoS: drainQoS, thread: thread)
             return
@@ -19,7 +22,7 @@ enum JobRunner {
     }
 
     /// Runs the job, forwarding a block a concurrent queue let through to that queue.
-    private static func runOnQueue(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+    private static func runOnQueue(_ job: consuming Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
         if let owner = job.owner {
             owner.runForwarded(job, thread: thread)
             return
@@ -28,8 +31,8 @@ enum JobRunner {
     }
 
     /// Runs the job itself (for a forwarded block, once its queue has accepted it).
-    static func runIgnoringOwner(_ job: Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
-        switch job.work {
+    static func runIgnoringOwner(_ job: consuming Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+        switch job.takeWork() {
         case .block(let block):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()
@@ -69,6 +72,8 @@ enum JobRunner {
         case .syncWaiter(let waiter):
             // Only reachable on a global queue, which has no owner to hand over.
             waiter.grant(drainerWaits: false)
+        case .taken:
+            lullFatal("a job whose work was already taken was run")
         }
         job.group?.leave()
     }

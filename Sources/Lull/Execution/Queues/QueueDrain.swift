@@ -49,7 +49,8 @@ extension WorkQueue {
         thread.heldQueues.append(HeldQueue(self, exclusive: true))
         while true {
             var next = batch.popFirst()
-            while let job = next, !cursor.stopped {
+            // Each job moves on to the thread's runner, which consumes it (`take()`: no copy).
+            while !cursor.stopped, let job = next.take() {
                 // Blocks of one activity run in one installation of its context (one
                 // task-local binding for the run, not one per block).
                 if job.context.hasActivity && job.context.activityID != thread.context.activityID {
@@ -58,7 +59,7 @@ extension WorkQueue {
                     next = runSameContext(from: job, &cursor, &batch, thread)
                 }
             }
-            if let unrun = next { batch.prepend(unrun) }
+            if let unrun = next.take() { batch.prepend(unrun) }
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
             guard !cursor.stopped, batch.isEmpty, cursor.ran < WorkQueue.serialQuantum else { break }
@@ -108,12 +109,12 @@ extension WorkQueue {
     /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns
     /// the first job taken that carries another one (nil when the batch ran out or the
     /// drain stops).
-    private func runSameContext(from first: Job, _ cursor: inout SerialDrainCursor, _ batch: inout Fifo<Job>,
+    private func runSameContext(from first: consuming Job, _ cursor: inout SerialDrainCursor, _ batch: inout Fifo<Job>,
                                 _ thread: ThreadState) -> Job? {
         let activity = first.context.activityID
         var job = first
         while true {
-            cursor.run(job, queue: self, thread: thread)
+            cursor.run(consume job, queue: self, thread: thread)
             if cursor.stopped { return nil }
             guard let next = batch.popFirst() else { return nil }
             if next.context.activityID != activity { return next }
@@ -167,7 +168,7 @@ extension WorkQueue {
             var finished = 0
             var handedOffBarrier = false
             while let job = batch.popFirst() {
-                if case .syncWaiter(let waiter) = job.work {
+                if let waiter = job.syncWaiter {
                     if nested {
                         waiter.grant(drainerWaits: true)
                         WorkerPool.blocking { waiter.awaitFinish() }
@@ -201,9 +202,8 @@ extension WorkQueue {
 extension WorkQueue {
     /// Runs a block this concurrent queue forwarded to its global target — unless the queue
     /// was suspended since, in which case the block goes back to wait in the queue.
-    func runForwarded(_ job: Job, thread: ThreadState) {
+    func runForwarded(_ job: consuming Job, thread: ThreadState) {
         if pausedCount.load(ordering: .acquiring) > 0 {
-            var job = job
             job.owner = nil
             let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
@@ -291,7 +291,7 @@ struct SerialDrainCursor {
     }
 
     /// Runs one job of the batch (or hands the queue to a `sync` caller).
-    mutating func run(_ job: Job, queue: WorkQueue, thread: ThreadState) {
+    mutating func run(_ job: consuming Job, queue: WorkQueue, thread: ThreadState) {
         if index > levelUntil {
             let next = marks.level(at: index)
             levelUntil = next?.until ?? Int.max
@@ -302,7 +302,7 @@ struct SerialDrainCursor {
             level = levelClass == .unspecified ? nil : QoS(levelClass)
         }
         index += 1
-        if case .syncWaiter(let waiter) = job.work {
+        if let waiter = job.syncWaiter {
             if nested {
                 // The targets this drain holds must stay held while the caller runs.
                 waiter.grant(drainerWaits: true)

@@ -137,7 +137,7 @@ struct QueueState: Sendable {
         // context and its group) or the target until a request is made.
         guard !isPaused, !pending.isEmpty, target != nil else { return nil }
         let wanted = pendingMaxClass == .unspecified ? QoS.QoSClass.default : pendingMaxClass
-        if queue.kind == .serial {
+        if case .serial = queue.kind {
             if isOwned { return nil }
             // One request is enough, unless a higher-QoS block waits behind a request
             // posted at a lower class (asynchronous inversion): then post one at its class.

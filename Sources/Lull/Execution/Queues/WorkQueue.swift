@@ -124,14 +124,13 @@ public final class WorkQueue: Sendable {
     }
 
     /// A job for a block submitted now by the calling thread (its context and QoS travel).
-    func makeJob(_ work: Job.Work, qos: QoS, flags: WorkItemFlags, group: WorkGroup? = nil) -> Job {
-        let thread = ThreadState.current
+    func makeJob(_ work: consuming Job.Work, qos: QoS, flags: WorkItemFlags, group: WorkGroup? = nil) -> Job {
         let detached = flags.contains(.detached)
-        return Job(work: work,
-                   qos: QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.ownQoS),
-                   flags: flags,
-                   context: detached ? .empty : thread.currentContext,
-                   group: group)
+        let (propagated, context) = ThreadState.withCurrent { thread in
+            (QoSResolution.propagated(itemQoS: qos, flags: flags, submitter: thread.ownQoS),
+             detached ? ExecutionContext.noActivity : thread.currentContext)
+        }
+        return Job(work: work, qos: propagated, flags: flags, context: context, group: group)
     }
 
     func makeJob(for item: WorkItem) -> Job {

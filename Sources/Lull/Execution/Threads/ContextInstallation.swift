@@ -12,9 +12,12 @@ import CLullShims
 /// (`bindingServiceContext`).
 extension ThreadState {
     /// `ExecutionContext.current`: the context installed on the thread, else the task's.
+    /// Activity ids start at 1: a context without one is `empty`, which is rebuilt rather
+    /// than copied (no reference counting of its nil fields).
     var currentContext: ExecutionContext {
-        if context.hasActivity || lull_in_swift_task() == 0 { return context }
-        return ExecutionContext.taskContext ?? .empty
+        if context.hasActivity { return context }
+        if lull_in_swift_task() == 0 { return .noActivity }
+        return ExecutionContext.taskContext ?? .noActivity
     }
 
     /// Runs `body` with `context` current, from any thread (a worker, a foreign thread, a

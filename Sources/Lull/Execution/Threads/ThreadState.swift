@@ -105,6 +105,15 @@ final class ThreadState {
         return install(ThreadState(workerClass: nil))
     }
 
+    /// Runs `body` with the calling thread's state, without counting a reference to it: the
+    /// thread-specific slot holds the state (retained) until the thread exits, and `body`
+    /// runs on this thread, so the state outlives the call. Every submission asks.
+    @inline(__always)
+    static func withCurrent<Result>(_ body: (ThreadState) throws -> Result) rethrows -> Result {
+        guard let pointer = pthread_getspecific(key) else { return try body(current) }
+        return try Unmanaged<ThreadState>.fromOpaque(pointer)._withUnsafeGuaranteedRef(body)
+    }
+
     /// Where a submit of work of `qosClass` to `pool` from the calling thread goes, read
     /// without retaining its state (every submit asks).
     static func submitRoute(for qosClass: QoS.QoSClass, in pool: WorkerPool) -> SubmitRoute {

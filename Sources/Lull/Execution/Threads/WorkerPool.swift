@@ -496,7 +496,7 @@ final class WorkerPool: Sendable {
 
     /// Runs a job; after a slow job with work still queued, recruits a helper (work kept
     /// for this thread must not wait behind slow work).
-    private func runTimed(_ job: Job, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
+    private func runTimed(_ job: consuming Job, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         // The coarse clock (a few ns, tick resolution) is enough to tell slow work.
         let start = SystemClock.coarseMonotonicNanoseconds()
         thread.runsLoopJob = true
