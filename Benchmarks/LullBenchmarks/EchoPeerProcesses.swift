@@ -149,8 +149,10 @@ struct EchoServerChild {
             Descriptors.close([inputPipe[1], outputPipe[0]])
             return .failure(.init("posix_spawn: \(String(cString: strerror(spawnError)))"))
         }
-        // Reads its first line: "PORT <port>" (or why it could not listen).
+        // Reads lines up to "PORT <port>" or "FAIL …" (why it could not listen): the runtime
+        // may log a line first (a kernel without utilization clamping, say).
         var line: [UInt8] = []
+        var text = ""
         let deadline = Clock.now() &+ UInt64(timeout * 1e9)
         var byte: UInt8 = 0
         while Clock.now() < deadline {
@@ -158,10 +160,16 @@ struct EchoServerChild {
             if poll(&descriptor, 1, 100) <= 0 { continue }
             let count = read(outputPipe[0], &byte, 1)
             if count < 0 && errno == EINTR { continue }
-            if count <= 0 || byte == UInt8(ascii: "\n") { break }
-            line.append(byte)
+            if count <= 0 { break }
+            guard byte == UInt8(ascii: "\n") else {
+                line.append(byte)
+                continue
+            }
+            text = String(decoding: line, as: UTF8.self)
+            line = []
+            if text.hasPrefix("PORT ") || text.hasPrefix("FAIL ") { break }
         }
-        let text = String(decoding: line, as: UTF8.self)
+        if text.isEmpty { text = String(decoding: line, as: UTF8.self) }
         let child = EchoServerChild(pid: pid, port: 0, input: inputPipe[1], output: outputPipe[0])
         guard text.hasPrefix("PORT "), let port = UInt16(text.dropFirst(5)) else {
             _ = child.stop(timeout: 1)
