@@ -57,10 +57,14 @@ import Synchronization
 /// `let`s of `Sendable` types, but for `extras`, read and written only under the lock, and
 /// `cancellationLink`, which follows `CancellationIntake`'s rule.
 class SourceCore: PostedWork, @unchecked Sendable {
-    /// Bumped by every merge and state change: tells a deciding thread that something
+    /// Bumped (by 2) by every merge and state change: tells a deciding thread that something
     /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
-    /// thread decides is not a concern).
+    /// thread decides is not a concern). Bit 0 (`suspendedBit`) mirrors "suspended" (the
+    /// suspension count above 0), written under the lock wherever the count changes, so that
+    /// a change to a suspended source learns it in the same atomic step that counts it, and
+    /// decides nothing (see `changed`).
     private let changes = Atomic<UInt32>(0)
+    private static let suspendedBit: UInt32 = 1
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
     private let scheduled = Atomic<Bool>(false)
@@ -371,7 +375,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     func suspend() {
-        state.locked(ranked: .sourceCore) { $0.suspendCount += 1 }
+        state.locked(ranked: .sourceCore) { state in
+            state.suspendCount += 1
+            if state.suspendCount == 1 { changes.bitwiseOr(Self.suspendedBit, ordering: .sequentiallyConsistent) }
+        }
     }
 
     func resume() {
@@ -381,6 +388,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 lullFatal("over-resume of \(name): resume() without a matching suspend()")
             }
             state.suspendCount -= 1
+            if state.suspendCount == 0 { changes.bitwiseAnd(~Self.suspendedBit, ordering: .sequentiallyConsistent) }
             return false
         }
         if activateNow { activate() } else { changed() }
@@ -402,7 +410,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
             changed()
             return
         }
-        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)  // see `post`
+        changes.wrappingAdd(2, ordering: .sequentiallyConsistent)  // see `post`
         guard !scheduled.load(ordering: .sequentiallyConsistent), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
             // A job of the source is posted or running, and decides again when it is done:
             // unregistered first, the cancel handler comes after the source left the reactor.
@@ -430,6 +438,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         cancel()
         let activated = state.locked(ranked: .sourceCore) { state -> Bool in
             state.suspendCount = 0
+            changes.bitwiseAnd(~Self.suspendedBit, ordering: .sequentiallyConsistent)
             return state.flags.contains(.activated)
         }
         if !activated { activate() }
@@ -493,11 +502,19 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     /// Something happened: post the next job unless one is posted or running (that one
-    /// decides again when it is done).
+    /// decides again when it is done), or the source is suspended.
+    ///
+    /// A suspended source runs nothing (`nextStep`), and the resume that ends its suspension
+    /// decides after clearing `suspendedBit`; so a change that reads the bit set in the
+    /// count's own atomic step decides nothing. Either its step comes before the clearing one
+    /// in the count's order — the resuming thread then sees what the change wrote, and
+    /// decides — or after it, and it reads the bit clear. This keeps a stream of merges into
+    /// a source held by its `events` loop's busy consumer to one atomic operation each.
     func changed() {
         // Sequentially consistent, as the token's give-back: see `post`.
-        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        let counted = changes.wrappingAdd(2, ordering: .sequentiallyConsistent).newValue
         if scheduled.load(ordering: .sequentiallyConsistent) { return }
+        if counted & Self.suspendedBit != 0 { return }
         scheduleNext()
     }
 
