@@ -7,7 +7,7 @@ import Lull
 import Synchronization
 
 enum EventsBenchmarks {
-    static let all: [Benchmark] = [eventsChain, eventsPingPong, eventsStream]
+    static let all: [Benchmark] = [eventsChain, eventsPingPong, eventsPingPongInstalled, eventsPingPongQueue, eventsStream]
 
     /// Chunks per variant in one run, taking turns (the first of each pair alternates), so
     /// that the host's slow and fast phases fall on both alike.
@@ -35,29 +35,58 @@ enum EventsBenchmarks {
 
     // MARK: - events-ping-pong
 
-    static let eventsPingPong = Benchmark(
-        name: "events-ping-pong",
-        title: "two user-data add sources A and B (each on a serial queue of its own); A's consumer adds 1 to B, B's adds "
-            + "1 to A, one element in flight, so each consumer waits idle for every element; `for await` over `events` "
-            + "(two tasks on the default executor) against plain event handlers; figure = round trips / time. Both "
-            + "variants in one process, in \(chunks) alternating chunks each; the handlers' column is the peer's",
-        unit: "round trips/s",
-        lowerIsBetter: false,
-        singleShot: false,
-        parameters: { options in
-            Parameters(n: options.size(full: 20_000, quick: 5_000), seconds: 0, runTimeout: options.runTimeout)
-        },
-        sizeDescription: { "N=\(Format.grouped($0.n))" },
-        run: { runtime, parameters in runBoth(runtime, parameters, shape: .pingPong) },
-        peerInSameProcess: true,
-        maxRuns: 5,
-        peerName: "handler"
-    )
+    static let eventsPingPong = pingPongBenchmark(
+        name: "events-ping-pong", placement: .defaultExecutor,
+        tasks: "two tasks on Swift's default executor")
+
+    static let eventsPingPongInstalled = pingPongBenchmark(
+        name: "events-ping-pong-installed", placement: .installed,
+        tasks: "two tasks after `GlobalExecutor.install()`, so Lull's pool runs them")
+
+    static let eventsPingPongQueue = pingPongBenchmark(
+        name: "events-ping-pong-queue", placement: .sourceQueue,
+        tasks: "two tasks started with `Task(executorPreference:)` on their source's queue")
+
+    /// Where the ping-pong's consuming tasks run.
+    enum TaskPlacement {
+        /// Swift's default executor (no `install()`).
+        case defaultExecutor
+        /// Lull's pool: the child installs `GlobalExecutor` before its first task.
+        case installed
+        /// Each task prefers its source's queue as its executor.
+        case sourceQueue
+    }
+
+    static func pingPongBenchmark(name: String, placement: TaskPlacement, tasks: String) -> Benchmark {
+        Benchmark(
+            name: name,
+            title: "two user-data add sources A and B (each on a serial queue of its own); A's consumer adds 1 to B, B's adds "
+                + "1 to A, one element in flight, so each consumer waits idle for every element; `for await` over `events` "
+                + "(\(tasks)) against plain event handlers; figure = round trips / time. Both "
+                + "variants in one process, in \(chunks) alternating chunks each; the handlers' column is the peer's",
+            unit: "round trips/s",
+            lowerIsBetter: false,
+            singleShot: false,
+            parameters: { options in
+                Parameters(n: options.size(full: 20_000, quick: 5_000), seconds: 0, runTimeout: options.runTimeout)
+            },
+            sizeDescription: { "N=\(Format.grouped($0.n))" },
+            run: { runtime, parameters in
+                if placement == .installed, let failure = ExecutorBenchmarks.prepare(.lull) { return .failed(failure) }
+                return runBoth(runtime, parameters, shape: .pingPong(placement))
+            },
+            peerInSameProcess: true,
+            maxRuns: 5,
+            peerName: "handler"
+        )
+    }
 
     /// A round trips between two sources, one element in flight.
-    static func pingPongChunk(_ variant: Variant, count: Int, timeout: Double) -> Measured? {
-        let a = EventSource.makeUserDataAddSource(queue: WorkQueue(label: "bench.events.ping"))
-        let b = EventSource.makeUserDataAddSource(queue: WorkQueue(label: "bench.events.pong"))
+    static func pingPongChunk(_ variant: Variant, placement: TaskPlacement, count: Int, timeout: Double) -> Measured? {
+        let pingQueue = WorkQueue(label: "bench.events.ping")
+        let pongQueue = WorkQueue(label: "bench.events.pong")
+        let a = EventSource.makeUserDataAddSource(queue: pingQueue)
+        let b = EventSource.makeUserDataAddSource(queue: pongQueue)
         let completion = Completion()
         let start: UInt64
         switch variant {
@@ -76,12 +105,13 @@ enum EventsBenchmarks {
             let pings = a.events
             let pongs = b.events
             let ready = Countdown(2)
-            Task {
+            let preferred: (ping: WorkQueue?, pong: WorkQueue?) = placement == .sourceQueue ? (pingQueue, pongQueue) : (nil, nil)
+            Task(executorPreference: preferred.ping) {
                 var iterator = pings.makeAsyncIterator()
                 _ = ready.countDown()
                 while await iterator.next() != nil { b.add(data: 1) }
             }
-            Task {
+            Task(executorPreference: preferred.pong) {
                 var iterator = pongs.makeAsyncIterator()
                 _ = ready.countDown()
                 var done = 0
@@ -127,8 +157,8 @@ enum EventsBenchmarks {
         case events, handler
     }
 
-    enum Shape {
-        case chain, pingPong, stream
+    enum Shape: Equatable {
+        case chain, pingPong(TaskPlacement), stream
     }
 
     /// One run: both variants in turns; the figure is the `events` loop's (`runtime` is
@@ -143,7 +173,7 @@ enum EventsBenchmarks {
             for variant in order {
                 let measured = switch shape {
                 case .chain: chainChunk(variant, count: chunk, timeout: parameters.runTimeout)
-                case .pingPong: pingPongChunk(variant, count: chunk, timeout: parameters.runTimeout)
+                case .pingPong(let placement): pingPongChunk(variant, placement: placement, count: chunk, timeout: parameters.runTimeout)
                 case .stream: streamChunk(variant, count: chunk, timeout: parameters.runTimeout)
                 }
                 guard let measured else {

@@ -57,10 +57,14 @@ import Synchronization
 /// `let`s of `Sendable` types, but for `extras`, read and written only under the lock, and
 /// `cancellationLink`, which follows `CancellationIntake`'s rule.
 class SourceCore: PostedWork, @unchecked Sendable {
-    /// Bumped by every merge and state change: tells a deciding thread that something
+    /// Bumped (by 2) by every merge and state change: tells a deciding thread that something
     /// happened while it held `scheduled` (no wake-up is lost; a wrap of 32 bits while one
-    /// thread decides is not a concern).
+    /// thread decides is not a concern). Bit 0 (`suspendedBit`) mirrors "suspended" (the
+    /// suspension count above 0), written under the lock wherever the count changes, so that
+    /// a change to a suspended source learns it in the same atomic step that counts it, and
+    /// decides nothing (see `changed`).
     private let changes = Atomic<UInt32>(0)
+    private static let suspendedBit: UInt32 = 1
     private let cancelled = Atomic<Bool>(false)
     /// A job of this source is posted on the target queue or running.
     private let scheduled = Atomic<Bool>(false)
@@ -228,6 +232,8 @@ class SourceCore: PostedWork, @unchecked Sendable {
             switch slot {
             case .event:
                 swap(&state.eventHandler, &swapped)
+                // The program's handler: deliveries are jobs again (see `setEventsLoopHandler`).
+                extras?.eventsLoopHandles = false
             case .cancel:
                 if swapped == nil && extras == nil { return }
                 swap(&extrasBox().cancelHandler, &swapped)
@@ -235,6 +241,19 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 if swapped == nil && extras == nil { return }
                 swap(&extrasBox().registrationHandler, &swapped)
             }
+        }
+        _ = consume swapped
+    }
+
+    /// Installs the `events` loop's event handler (by its channel, once): while it is the
+    /// handler, a delivery may be made without a job (see `post`). A handler the program
+    /// sets later takes that away again.
+    func setEventsLoopHandler(_ handler: consuming SourceHandler) {
+        guard !isCancelled else { return }
+        var swapped: SourceHandler? = consume handler
+        state.locked(ranked: .sourceCore) { state in
+            swap(&state.eventHandler, &swapped)
+            extrasBox().eventsLoopHandles = true
         }
         _ = consume swapped
     }
@@ -356,7 +375,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     func suspend() {
-        state.locked(ranked: .sourceCore) { $0.suspendCount += 1 }
+        state.locked(ranked: .sourceCore) { state in
+            state.suspendCount += 1
+            if state.suspendCount == 1 { changes.bitwiseOr(Self.suspendedBit, ordering: .sequentiallyConsistent) }
+        }
     }
 
     func resume() {
@@ -366,6 +388,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 lullFatal("over-resume of \(name): resume() without a matching suspend()")
             }
             state.suspendCount -= 1
+            if state.suspendCount == 0 { changes.bitwiseAnd(~Self.suspendedBit, ordering: .sequentiallyConsistent) }
             return false
         }
         if activateNow { activate() } else { changed() }
@@ -387,7 +410,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
             changed()
             return
         }
-        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)  // see `post`
+        changes.wrappingAdd(2, ordering: .sequentiallyConsistent)  // see `post`
         guard !scheduled.load(ordering: .sequentiallyConsistent), !scheduled.exchange(true, ordering: .acquiringAndReleasing) else {
             // A job of the source is posted or running, and decides again when it is done:
             // unregistered first, the cancel handler comes after the source left the reactor.
@@ -398,7 +421,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         // This thread decides what runs next: the unregistration and the decision share one
         // lock round trip (cancelling is most of a timeout's life).
         let seen = changes.load(ordering: .acquiring)
-        let decided = state.locked(ranked: .sourceCore) { state -> (Step, QoS)? in
+        let decided = state.locked(ranked: .sourceCore) { state -> Decision? in
             _ = cancelRegistration(kind, &state)
             return nextStep(&state)
         }
@@ -415,6 +438,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         cancel()
         let activated = state.locked(ranked: .sourceCore) { state -> Bool in
             state.suspendCount = 0
+            changes.bitwiseAnd(~Self.suspendedBit, ordering: .sequentiallyConsistent)
             return state.flags.contains(.activated)
         }
         if !activated { activate() }
@@ -498,11 +522,19 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     /// Something happened: post the next job unless one is posted or running (that one
-    /// decides again when it is done).
+    /// decides again when it is done), or the source is suspended.
+    ///
+    /// A suspended source runs nothing (`nextStep`), and the resume that ends its suspension
+    /// decides after clearing `suspendedBit`; so a change that reads the bit set in the
+    /// count's own atomic step decides nothing. Either its step comes before the clearing one
+    /// in the count's order — the resuming thread then sees what the change wrote, and
+    /// decides — or after it, and it reads the bit clear. This keeps a stream of merges into
+    /// a source held by its `events` loop's busy consumer to one atomic operation each.
     func changed() {
         // Sequentially consistent, as the token's give-back: see `post`.
-        changes.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        let counted = changes.wrappingAdd(2, ordering: .sequentiallyConsistent).newValue
         if scheduled.load(ordering: .sequentiallyConsistent) { return }
+        if counted & Self.suspendedBit != 0 { return }
         scheduleNext()
     }
 
@@ -510,7 +542,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         while true {
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             let seen = changes.load(ordering: .acquiring)
-            if post(state.locked(ranked: .sourceCore) { state -> (Step, QoS)? in nextStep(&state) }, seen: seen) { return }
+            if post(state.locked(ranked: .sourceCore) { state -> Decision? in nextStep(&state) }, seen: seen) { return }
         }
     }
 
@@ -527,8 +559,19 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// pairs are sequentially consistent, so one of the two sees the other: the changer
     /// finds the token free and decides, or the holder finds the count moved and decides
     /// again.
-    private func post(_ decided: (Step, QoS)?, seen: UInt32) -> Bool {
-        if let (step, qos) = decided {
+    ///
+    /// A delivery to an `events` loop (`Decision.loop`) whose target hierarchy is idle is
+    /// made here, on the calling thread, without a job: the loop's handler only hands the
+    /// value to the waiting task, whose resumption is its executor's job, so a job would
+    /// only add a hand-off between threads. The token is held throughout, as by a job.
+    private func post(_ decided: Decision?, seen: UInt32) -> Bool {
+        if let decided, decided.step == .delivery, let loop = decided.loop, target.isIdleForPostedJob {
+            deliverWithoutJob(to: loop)
+            scheduled.store(false, ordering: .releasing)
+            scheduleNext()
+            return true
+        }
+        if let (step, qos, _) = decided {
             assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a job posted while another is")
             #if DEBUG
             // The cancel step comes after the kind unregistered: a timer is out of the engine.
@@ -553,7 +596,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// while suspended, nor while a thread moves the registration (it decides again when
     /// done); the registration handler comes first (once registered), the cancel handler
     /// last (once unregistered).
-    private func nextStep(_ state: inout State) -> (Step, QoS)? {
+    private func nextStep(_ state: inout State) -> Decision? {
         guard state.flags.contains(.activated), state.suspendCount == 0 else { return nil }
         let phase = state.phase
         if phase == .registering || phase == .unregistering { return nil }
@@ -561,18 +604,23 @@ class SourceCore: PostedWork, @unchecked Sendable {
             state.flags.remove(.registrationHandlerDue)
             // A source that never registered (cancelled first, or failed) skips it.
             if phase == .registered && !isCancelled {
-                return (.registration, extras?.registrationHandler?.propagatedQoS ?? .unspecified)
+                return (.registration, extras?.registrationHandler?.propagatedQoS ?? .unspecified, nil)
             }
         }
         if isCancelled {
             // Still registered: `cancel()` is about to unregister, and decides after it.
             guard phase == .unregistered, !state.flags.contains(.cancelHandlerDelivered) else { return nil }
             state.flags.insert(.cancelHandlerDelivered)
-            return (.cancellation, extras?.cancelHandler?.propagatedQoS ?? .unspecified)
+            return (.cancellation, extras?.cancelHandler?.propagatedQoS ?? .unspecified, nil)
         }
         guard phase == .registered, pending.load(ordering: .acquiring) != 0 else { return nil }
-        return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified)
+        let loop = extras?.eventsLoopHandles == true ? extras?.eventsChannel : nil
+        return (.delivery, state.eventHandler?.propagatedQoS ?? .unspecified, loop)
     }
+
+    /// A step decided: what runs, at what QoS, and for a delivery whose handler is an
+    /// `events` loop's, that loop's channel (the delivery may skip the job, see `post`).
+    private typealias Decision = (step: Step, qos: QoS, loop: SourceEventsChannel?)
 
     override func performPostedWork() {
         runPostedStep()
@@ -620,6 +668,19 @@ class SourceCore: PostedWork, @unchecked Sendable {
         guard let handler = state.locked(ranked: .sourceCore, { $0.eventHandler }) else { return }
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
+        if !isCancelled { kind.handlerReturned(self) }
+    }
+
+    /// A delivery to the `events` loop, on the thread that decided it (see `post`): as
+    /// `deliver()`, with the loop's handler called directly.
+    private func deliverWithoutJob(to loop: SourceEventsChannel) {
+        guard !isCancelled else { return }
+        let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
+        guard merged != 0 else { return }
+        let kind = self.kind
+        guard let value = kind.dataForDelivery(self, merged: merged) else { return }
+        delivered.store(value, ordering: .releasing)
+        loop.delivered(value, withoutJob: true)
         if !isCancelled { kind.handlerReturned(self) }
     }
 
@@ -708,6 +769,8 @@ class SourceExtras: @unchecked Sendable {
     var registrationError: EventSourceError?
     /// The `events` loop's channel, told after the cancel handler ran (then let go).
     var eventsChannel: SourceEventsChannel?
+    /// The event handler is the `events` loop's (`setEventsLoopHandler`), not the program's.
+    var eventsLoopHandles = false
 }
 
 /// The core of every kind but timers: the kind's table of operations is a separate object

@@ -31,6 +31,9 @@ final class SourceEventsChannel: Sendable {
         var held = 0
         var finished: Bool
         var consumerLeft = false
+        /// Deliveries made by the handler's job and without one (`SourceCore.post`), for tests.
+        var byJob = 0
+        var withoutJob = 0
     }
 
     private let state: Mutex<State>
@@ -56,18 +59,21 @@ final class SourceEventsChannel: Sendable {
             core.resume()
             return
         }
-        core.setHandler(.event, SourceHandler(qos: .unspecified, flags: [], block: { [self] in delivered(core.data) }))
+        core.setEventsLoopHandler(SourceHandler(qos: .unspecified, flags: [], block: { [self] in delivered(core.data, withoutJob: false) }))
         core.activate()
     }
 
-    /// The event handler: one value, merged since the last one.
-    private func delivered(_ value: UInt) {
+    /// The event handler: one value, merged since the last one. Called by the handler's job
+    /// on the source's queue, or (`withoutJob`) by the thread that decided the delivery,
+    /// when the queue had nothing else to run (`SourceCore.post`); either way one at a time.
+    func delivered(_ value: UInt, withoutJob: Bool) {
         // Suspended before the value is handed over: the consumer's next `next()` resumes,
         // and must never find the source not yet suspended (that would be an over-resume).
         core.suspend()
         let (waiting, undo) = state.locked { state -> (UnsafeContinuation<UInt?, Never>?, Bool) in
             guard !state.finished, !state.consumerLeft else { return (nil, true) }
             state.held += 1
+            if withoutJob { state.withoutJob += 1 } else { state.byJob += 1 }
             if let waiting = state.waiting {
                 state.waiting = nil
                 return (waiting, false)
@@ -118,6 +124,8 @@ final class SourceEventsChannel: Sendable {
 
     /// Values delivered while nobody waited, not yet taken (for tests: it stays small).
     var bufferedCount: Int { state.locked { $0.buffered.count } }
+    /// Deliveries made so far by the handler's job, and without one (for tests).
+    var deliveries: (byJob: Int, withoutJob: Int) { state.locked { ($0.byJob, $0.withoutJob) } }
     /// Whether the consumer waits in `next()` (for tests).
     var hasWaitingConsumer: Bool { state.locked { $0.waiting != nil } }
 

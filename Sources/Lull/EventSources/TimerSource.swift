@@ -148,6 +148,7 @@ final class TimerCore: SourceCore, SourceKind, TimerEntry, @unchecked Sendable {
             made.registrationHandler = plain.registrationHandler
             made.registrationError = plain.registrationError
             made.eventsChannel = plain.eventsChannel
+            made.eventsLoopHandles = plain.eventsLoopHandles
         }
         replaceExtras(with: made)
         return made
