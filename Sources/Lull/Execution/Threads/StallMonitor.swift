@@ -73,7 +73,7 @@ final class StallMonitor: Sendable {
         let entry = CallbackEntry(isHousekeeping: true) { [self] in
             if take(generation) { check() }
         }
-        let won = scheduled.withLock { current -> Bool in
+        let won = scheduled.locked { current -> Bool in
             guard current == nil else { return false }
             current = (entry, generation)
             armed.store(true, ordering: .releasing)
@@ -86,7 +86,7 @@ final class StallMonitor: Sendable {
 
     /// The look's fire: true when it is the scheduled one (which is no longer scheduled).
     private func take(_ generation: UInt64) -> Bool {
-        scheduled.withLock { current -> Bool in
+        scheduled.locked { current -> Bool in
             guard current?.generation == generation else { return false }
             current = nil
             armed.store(false, ordering: .releasing)
@@ -99,7 +99,7 @@ final class StallMonitor: Sendable {
     /// whose bursts drain wakes only for its own timers.
     func cancel() {
         guard armed.load(ordering: .acquiring) else { return }
-        let entry = scheduled.withLock { current -> CallbackEntry? in
+        let entry = scheduled.locked { current -> CallbackEntry? in
             defer {
                 current = nil
                 armed.store(false, ordering: .releasing)
