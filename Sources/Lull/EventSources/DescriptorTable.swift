@@ -193,16 +193,11 @@ final class DescriptorMux: Sendable {
 
     /// On the polling thread: readiness of one direction.
     fileprivate func fired(readable: Bool) {
-        // The iteration that reported it; for a direction that several sources share, 1 (one
-        // source's handler may read what the event announced to the others: each checks).
-        let iteration = reactor.pollIteration
         state.locked(ranked: .descriptorMux) { state in
             if readable {
-                let reported = state.readers.others.isEmpty ? iteration : 1
-                state.readers.forEach { $0.driver.readinessReported(to: $0.core, iteration: reported) }
+                state.readers.forEach { $0.driver.readinessReported(to: $0.core) }
             } else {
-                let reported = state.writers.others.isEmpty ? iteration : 1
-                state.writers.forEach { $0.driver.readinessReported(to: $0.core, iteration: reported) }
+                state.writers.forEach { $0.driver.readinessReported(to: $0.core) }
             }
         }
     }
@@ -236,9 +231,6 @@ final class DescriptorTable: Sendable {
     }
 
     private let muxes = Mutex<[DescriptorMux?]>([])
-
-    /// The reactor's poller iteration (see `Reactor.pollIteration`).
-    var pollIteration: UInt { reactor.pollIteration }
 
     /// Attaches a source to the mux of its descriptor (making it, or replacing a stale one).
     func attach(_ driver: DescriptorDriver, core: SourceCore, identity: DescriptorIdentity) throws(ReactorError) -> DescriptorMux {
