@@ -97,56 +97,16 @@ enum FileSystemTestKit {
     }
 
     /// Runs `body` in a forked child (single-threaded: fit for unshare and setuid) and
-    /// returns the text it returned, or nil if the child did not answer within 20 s in any of
-    /// three forks. The child touches no worker thread: it only calls code that answers
-    /// synchronously. It may still meet a Swift runtime lock that another thread of this
-    /// process held at the fork, which stays held in the child forever (see `ForkProbe`): a
-    /// child that hangs is killed and the fork made again.
+    /// returns the text it returned, or nil if the child hung in every fork `ForkProbe`
+    /// makes. The child touches no worker thread: it only calls code that answers
+    /// synchronously, and hands its answer over on its standard output.
     static func inForkedChild(_ body: () -> String) throws -> String? {
-        for _ in 0..<3 {
-            if let answer = try inForkedChildOnce(body) { return answer }
-        }
-        return nil
-    }
-
-    private static func inForkedChildOnce(_ body: () -> String) throws -> String? {
-        var ends: [Int32] = [-1, -1]
-        try check(pipe(&ends), "pipe")
-        let pid = fork()
-        if pid < 0 {
-            close(ends[0])
-            close(ends[1])
-            throw SystemError(call: "fork", code: errno)
-        }
-        if pid == 0 {
-            close(ends[0])
+        guard let outcome = ForkProbe.runChild(capturing: 1, {
             let answer = Array(body().utf8)
-            _ = answer.withUnsafeBytes { Glibc.write(ends[1], $0.baseAddress, $0.count) }
+            _ = answer.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
             _exit(0)
-        }
-        close(ends[1])
-        defer { close(ends[0]) }
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4_096)
-        let end = monotonicNanoseconds() + 20_000_000_000
-        var answered = false
-        while monotonicNanoseconds() < end {
-            var poller = pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)
-            let ready = poll(&poller, 1, 200)
-            if ready < 0 && errno != EINTR { break }
-            if ready <= 0 { continue }
-            let count = buffer.withUnsafeMutableBytes { read(ends[0], $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 {
-                answered = true
-                break
-            }
-            received += buffer[0..<count]
-        }
-        if !answered { kill(pid, SIGKILL) }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return answered ? String(decoding: received, as: UTF8.self) : nil
+        }) else { throw SystemError(call: "pipe or fork", code: errno) }
+        return outcome.hung ? nil : outcome.output
     }
 }
 
