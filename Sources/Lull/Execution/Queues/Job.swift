@@ -11,10 +11,13 @@ struct Job: Sendable {
         /// Work the object performs itself (a source's next step, a drain of posted cancel
         /// steps): it knows what, so posting it allocates nothing.
         case posted(PostedWork)
-        /// A Swift job (a task's next slice, an actor's turn) enqueued on the queue as an
-        /// executor; the queue runs it as its executor (see `WorkQueue+Executor.swift`). Two
-        /// words, like a block: no allocation per job.
+        /// A Swift job (an actor's turn, or a job handed to the queue as a plain executor)
+        /// enqueued on the queue as its serial executor; the queue runs it isolated to itself
+        /// (see `WorkQueue+Executor.swift`). Two words, like a block: no allocation per job.
         case swiftJob(UnownedJob, WorkQueue)
+        /// A slice of a task that prefers the queue, enqueued on it as task executor; the
+        /// queue runs it with itself as task executor, not isolated to it.
+        case preferringTaskJob(UnownedJob, WorkQueue)
         /// A Swift job enqueued on one of Lull's process-wide executors (the default or main
         /// executor `GlobalExecutor.install()` installs), which runs it as itself.
         case hostedSwiftJob(UnownedJob, SwiftJobHost)

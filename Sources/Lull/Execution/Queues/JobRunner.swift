@@ -54,6 +54,13 @@ enum JobRunner {
                 thread.withQoS(qos) { queue.runSwiftJob(swiftJob) }
             }
             Diagnostics.chargeCPU(since: cpu, to: qos)
+        case .preferringTaskJob(let swiftJob, let queue):
+            let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
+            let cpu = Diagnostics.cpuClock()
+            thread.withJobContext(job.context) {
+                thread.withQoS(qos) { queue.runPreferringTaskJob(swiftJob) }
+            }
+            Diagnostics.chargeCPU(since: cpu, to: qos)
         case .hostedSwiftJob(let swiftJob, let host):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)
             let cpu = Diagnostics.cpuClock()

@@ -1,11 +1,29 @@
 /// Every queue is a Swift `TaskExecutor`, and a serial queue an actor's `SerialExecutor`.
 ///
-/// A Swift job (a task's slice between two suspension points, or an actor's turn) enqueued
-/// here becomes one job of the queue, like a block: it resolves its QoS by the queue's rules
-/// (the queue's own QoS, else the task's priority as a QoS), runs with the empty execution
-/// context (a task carries its own, task-locally), in FIFO order with the queue's blocks,
-/// and on a serial queue exclusive with them. The job is stored as an `UnownedJob` beside
-/// the queue in the `Job`, so enqueuing one allocates nothing of Lull's.
+/// A Swift job enqueued here becomes one job of the queue, like a block: it resolves its QoS
+/// by the queue's rules (the queue's own QoS, else the task's priority as a QoS), runs with
+/// the empty execution context (a task carries its own, task-locally), in FIFO order with
+/// the queue's blocks, and on a serial queue exclusive with them. The job is stored as an
+/// `UnownedJob` beside the queue in the `Job`, so enqueuing one allocates nothing of Lull's.
+///
+/// The queue tells the runtime's two kinds of job apart by the protocol they come through,
+/// and runs each as the runtime expects to find it, so that neither is enqueued again at its
+/// next executor check (`swift_task_switch` compares the serial executor it runs on, and the
+/// task executor, with the ones the code needs, by identity):
+/// - through `TaskExecutor` come the slices of a task that prefers the queue and runs no
+///   actor's code (`Task(executorPreference:)`, `withTaskExecutorPreference`); they run on
+///   the generic executor with the queue as task executor, which is what nonisolated async
+///   code asks for, so its hops to the generic executor stay on the thread;
+/// - through `SerialExecutor` (and a plain `Executor`) come an actor's turns and anything
+///   else; on a serial queue they run isolated to the queue, with no task executor (as the
+///   runtime runs an actor's job), so a call from one actor into another on the same queue
+///   takes no hop (for a task with no executor preference); on a concurrent queue as its
+///   task jobs.
+///
+/// Both are jobs of the same queue: a task that prefers a serial queue still never runs
+/// beside the queue's blocks or its actors' turns. The queue is the identity of both
+/// executor references, so the reference `Task(executorPreference:)` retains and the one the
+/// runtime releases when the task ends are the same object.
 ///
 /// Isolation is the thread's: `isIsolatingCurrentContext()` holds while the calling thread
 /// holds the queue exclusively — it runs a block or a Swift job of it, a `sync` on it, or
@@ -14,13 +32,30 @@
 /// from a plain `queue.async` block, and an actor on a queue may be assumed from a block of
 /// a child queue.
 extension WorkQueue: TaskExecutor, SerialExecutor {
-    /// Runs `job` as a block of this queue.
+    /// Runs `job` as a block of this queue: an actor's turn, isolated to the queue when it is
+    /// serial (the `SerialExecutor` and `Executor` witness).
     public func enqueue(_ job: consuming ExecutorJob) {
-        let unownedJob = UnownedJob(job)
+        enqueueSwiftJob(UnownedJob(job), preferringTask: false)
+    }
+
+    /// Runs `job`, a slice of a task that prefers this queue, as a block of the queue, not
+    /// isolated to it (the `TaskExecutor` witness). Not API: reached only through the
+    /// runtime's task executor reference; call `enqueue(_:)` instead.
+    ///
+    /// `@_implements` gives `TaskExecutor`'s `enqueue(_:)` a witness of its own: the
+    /// runtime enqueues a task on its preferred executor through the `TaskExecutor`
+    /// witness table, and an actor's job through the `SerialExecutor` one, and these are
+    /// the only ways to tell the two apart (a job carries no mark of which it is).
+    @_implements(TaskExecutor, enqueue(_:))
+    public func _enqueuePreferringTask(_ job: consuming ExecutorJob) {
+        enqueueSwiftJob(UnownedJob(job), preferringTask: true)
+    }
+
+    private func enqueueSwiftJob(_ unownedJob: UnownedJob, preferringTask: Bool) {
         // A task back from a sleep that Lull's executors timed: a cancelled one's timer goes.
         PendingTaskSleeps.shared.taskEnqueued(unownedJob)
-        enqueue(Job(work: .swiftJob(unownedJob, self),
-                    qos: QoS(taskPriorityRawValue: unownedJob.priority.rawValue),
+        let work: Job.Work = preferringTask ? .preferringTaskJob(unownedJob, self) : .swiftJob(unownedJob, self)
+        enqueue(Job(work: work, qos: QoS(taskPriorityRawValue: unownedJob.priority.rawValue),
                     flags: [], context: .empty, group: nil))
     }
 
@@ -59,17 +94,23 @@ extension WorkQueue: TaskExecutor, SerialExecutor {
         kind == .serial
     }
 
-    /// Runs a Swift job enqueued here, on the calling thread, inside the queue's drain.
-    /// On a serial queue the job runs isolated to the queue (an actor on it runs without a
-    /// further hop) with the queue as its task executor; elsewhere on the queue as task
-    /// executor only.
+    /// Runs an actor's job enqueued here, on the calling thread, inside the queue's drain.
+    /// On a serial queue the job runs isolated to the queue with no task executor (as the
+    /// runtime's `swift_job_run` runs an actor's job), so the actor's calls into actors on
+    /// the same queue run without a hop; elsewhere on the queue as task executor only.
     func runSwiftJob(_ job: UnownedJob) {
         if isSerialExecutor {
-            job.runSynchronously(isolatedTo: UnownedSerialExecutor(complexEquality: self),
-                                 taskExecutor: asUnownedTaskExecutor())
+            job.runSynchronously(on: UnownedSerialExecutor(complexEquality: self))
         } else {
             job.runSynchronously(on: asUnownedTaskExecutor())
         }
+    }
+
+    /// Runs a slice of a task that prefers this queue, on the calling thread, inside the
+    /// queue's drain: on the generic executor with the queue as task executor, exactly what
+    /// the task's nonisolated code switches to, so the runtime lets it go on in place.
+    func runPreferringTaskJob(_ job: UnownedJob) {
+        job.runSynchronously(on: asUnownedTaskExecutor())
     }
 }
 
