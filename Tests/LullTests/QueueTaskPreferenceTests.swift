@@ -14,6 +14,26 @@ private func lastEntryAssumingIsolation(_ actor: QueueBoundActor) -> Int? {
     actor.assumeIsolated { $0.log.last }
 }
 
+/// An actor on a queue that calls into another actor on the same queue.
+private actor QueueRelayActor {
+    let queue: WorkQueue
+    let next: QueueBoundActor
+
+    init(queue: WorkQueue, next: QueueBoundActor) {
+        self.queue = queue
+        self.next = next
+    }
+
+    nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+
+    /// Calls `next` `count` times; true if a block enqueued first ran in between (a hop).
+    func relay(_ count: Int, blockRan: Flag) async -> Bool {
+        queue.async { blockRan.set() }
+        for value in 0..<count { await next.append(value) }
+        return blockRan.isSet
+    }
+}
+
 /// A task preferring a queue and actors on the queue, mixed: the runtime enqueues the task's
 /// slices through the queue's `TaskExecutor` face and the actors' turns through its
 /// `SerialExecutor` face, and both run as jobs of the queue.
@@ -103,6 +123,20 @@ extension LullSuite {
             #expect(await actor.log == Array(0..<rounds))
             let (onQueue, _) = await actor.observe()
             #expect(onQueue)
+        }
+
+        @Test func actorsOnOneQueueCallEachOtherWithoutAHop() async {
+            let queue = WorkQueue(label: "lull.test.preference.actor-to-actor")
+            let target = QueueBoundActor(queue: queue)
+            let relay = QueueRelayActor(queue: queue, next: target)
+            let blockRan = Flag()
+            // A task with no executor preference: an actor's turn runs with no task
+            // executor, which is what the task asks for, so the switch between the two
+            // actors (one serial executor) lets it go on in place.
+            let hopped = await Task.detached { await relay.relay(100, blockRan: blockRan) }.value
+            #expect(!hopped, "a call between two actors on one queue enqueued the task again")
+            #expect(blockRan.await())
+            #expect(await target.log == Array(0..<100))
         }
 
         @Test func aTaskPreferringAConcurrentQueueStaysOnItAcrossHops() async {

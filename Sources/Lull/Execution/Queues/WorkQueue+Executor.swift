@@ -100,6 +100,7 @@ extension WorkQueue: TaskExecutor, SerialExecutor {
     /// the same queue run without a hop; elsewhere on the queue as task executor only.
     func runSwiftJob(_ job: UnownedJob) {
         if isSerialExecutor {
+            assert(ThreadState.current.holdsExclusively(self), "'\(label)': an actor's job runs outside the queue's drain")
             job.runSynchronously(on: UnownedSerialExecutor(complexEquality: self))
         } else {
             job.runSynchronously(on: asUnownedTaskExecutor())
@@ -109,7 +110,11 @@ extension WorkQueue: TaskExecutor, SerialExecutor {
     /// Runs a slice of a task that prefers this queue, on the calling thread, inside the
     /// queue's drain: on the generic executor with the queue as task executor, exactly what
     /// the task's nonisolated code switches to, so the runtime lets it go on in place.
+    /// On a serial queue the slice is exclusive with the queue's blocks and actors as any
+    /// job of it: the thread holds the queue.
     func runPreferringTaskJob(_ job: UnownedJob) {
+        assert(!isSerialExecutor || ThreadState.current.holdsExclusively(self),
+               "'\(label)': a preferring task's job runs outside the queue's drain")
         job.runSynchronously(on: asUnownedTaskExecutor())
     }
 }
