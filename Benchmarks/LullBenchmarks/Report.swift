@@ -95,7 +95,9 @@ enum Report {
         if let warning = loadWarning(loadAtStart) { emit(warning) }
         emit("Each runtime runs each benchmark in a child process of its own. Each figure is the median of the measured")
         emit("runs after one warm-up run (idle: a single measurement after its own warm-up; idle-read-sources-*:")
-        emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up).")
+        emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up; the short")
+        emit("benchmarks the host's load moves most, \(Suite.interleaved.sorted().joined(separator: ", ")):")
+        emit("\(options.runs) rounds of one child per runtime in turns, each a warm-up and one measured run).")
         emit("Each row names its peer: Apple's Dispatch unless the row says otherwise (SwiftNIO, raw libevent, the default")
         emit("executor, inotifywait -r...). \"target\" is issue #18's bound on Lull/peer, \"met\" whether this run reaches it.")
         emit("Rates (…/s): higher is better, and Lull/Dispatch > 1 means Lull is faster.")
