@@ -30,6 +30,22 @@ enum Suite {
     }
 }
 
+/// `text` in lines of at most `width` characters, each after `indent` spaces.
+func wrapped(_ text: String, width: Int, indent: Int) -> String {
+    var lines: [String] = []
+    var line = ""
+    for word in text.split(separator: " ") {
+        if !line.isEmpty && line.count + 1 + word.count > width {
+            lines.append(line)
+            line = ""
+        }
+        line += (line.isEmpty ? "" : " ") + word
+    }
+    if !line.isEmpty { lines.append(line) }
+    let margin = String(repeating: " ", count: indent)
+    return lines.map { margin + $0 }.joined(separator: "\n")
+}
+
 let usage = """
     usage: lull-bench [options] [benchmark...]
 
@@ -46,9 +62,8 @@ let usage = """
     options:
       --quick             smaller N, 3 runs, 1 s idle window
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
-                          \(Suite.interleaved.sorted().joined(separator: ", ")):
-                          rounds of one child per runtime, in turns, each a warm-up and one run;
-                          for
+    \(wrapped(Suite.interleaved.sorted().joined(separator: ", ") + ": rounds of one child per runtime in turns, "
+        + "each a warm-up and one run; for", width: 68, indent: 22))
                           idle-read-sources-* and timer-memory: fresh processes measured (each
                           warms up itself), at most 3 for timer-memory; timer-churn: fresh
                           processes (at most 5), each running both runtimes in turns; not
