@@ -113,8 +113,7 @@ enum ExecutorBenchmarks {
         if runtime == .lull {
             do { try RuntimeDiagnostics.start() } catch { return .failed("diagnostics: \(error)") }
         }
-        let me = getpid()
-        let before = ThreadSwitches.snapshot(excluding: me)
+        guard let usageBefore = ProcessUsage.now() else { return .failed("getrusage failed") }
         let sleepers = SharedCounter()
         let loops = SharedCounter()
         let start = Clock.now()
@@ -133,9 +132,9 @@ enum ExecutorBenchmarks {
             return .failed("the sleepers did not finish")
         }
         let seconds = Clock.seconds(from: start, to: Clock.now())
-        let after = ThreadSwitches.snapshot(excluding: me)
-        var total = 0
-        for (tid, entry) in after { total += entry.switches - (before[tid]?.switches ?? 0) }
+        // getrusage, so that a thread that exits before the end counts too.
+        guard let usageAfter = ProcessUsage.now() else { return .failed("getrusage failed") }
+        let total = ProcessUsage.othersSwitches(from: usageBefore, to: usageAfter).all
         var extras: [(String, Double)] = [("sleeps", Double(loops.value.load(ordering: .acquiring)))]
         var notes: [String] = []
         if runtime == .lull, let report = RuntimeDiagnostics.stop() {

@@ -106,6 +106,8 @@ struct ExtraRow: Sendable {
         case rate
         /// A multiple: 2.31x.
         case ratio
+        /// A number with a fraction, three significant digits: 87.4, 1.23.
+        case decimal
     }
 
     /// The name in the table's first column.

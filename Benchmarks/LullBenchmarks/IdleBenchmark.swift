@@ -36,22 +36,25 @@ enum IdleBenchmark {
         // This runs on the child's main thread, whose thread id is the process id.
         let me = getpid()
         let before = ThreadSwitches.snapshot(excluding: me)
+        let usageBefore = ProcessUsage.now()
         let start = Clock.now()
         Clock.sleep(seconds: parameters.seconds)
+        let usageAfter = ProcessUsage.now()
         let after = ThreadSwitches.snapshot(excluding: me)
         let seconds = Clock.seconds(from: start, to: Clock.now())
+        // getrusage, so that a thread that exits during the window counts too.
+        guard let usageBefore, let usageAfter else { return .failed("getrusage failed around the window") }
+        let total = ProcessUsage.othersSwitches(from: usageBefore, to: usageAfter).all
 
-        var total = 0
         var perThread: [(name: String, tid: Int32, switches: Int)] = []
         for (tid, end) in after {
             let delta = end.switches - (before[tid]?.switches ?? 0)
-            total += delta
             perThread.append((end.name, tid, delta))
         }
         let gone = before.keys.filter { after[$0] == nil }.count
         let busiest = perThread.filter { $0.switches > 0 }.sorted { $0.switches > $1.switches }
         var notes = ["\(after.count) runtime threads at the end of the window"
-            + (gone > 0 ? ", \(gone) exited during it (their switches are not counted)" : "")]
+            + (gone > 0 ? ", \(gone) exited during it (their switches are counted)" : "")]
         if !busiest.isEmpty {
             notes.append("switches by thread: " + busiest.prefix(6).map { "\($0.name)[\($0.tid)] \($0.switches)" }
                 .joined(separator: ", "))

@@ -1,4 +1,5 @@
-// The final report: one table row per benchmark, Lull's figure, Dispatch's, and the ratio,
+// The final report: one table row per benchmark (and per extra row), Lull's figure, the
+// peer's, the ratio, and issue #18's target with whether it is met; the targets not met;
 // then the details of each (run counts, spread, extras, notes, problems).
 
 import Glibc
@@ -21,13 +22,12 @@ enum Report {
         return lowerIsBetter ? Format.grouped(Int(median.rounded())) : Format.si(median)
     }
 
-    static func ratio(_ result: BenchmarkResult) -> String {
-        guard let lull = result.series[.lull], lull.problem == nil, let lullMedian = lull.median,
-              let dispatch = result.series[.dispatch], dispatch.problem == nil, let dispatchMedian = dispatch.median
-        else { return "-" }
-        if dispatchMedian == 0 { return lullMedian == 0 ? "1.00x (both 0)" : "inf" }
-        let value = lullMedian / dispatchMedian
-        return Format.fixed(value, value < 10 ? 2 : 1) + "x"
+    /// Lull/peer of a benchmark's medians; nil when either is missing. Both 0: 1 (as good).
+    static func ratioValue(_ result: BenchmarkResult) -> Double? {
+        guard let lull = result.series[.lull], lull.problem == nil, lull.skipped == nil,
+              let dispatch = result.series[.dispatch], dispatch.problem == nil, dispatch.skipped == nil
+        else { return nil }
+        return ratioValue(lull.median, dispatch.median)
     }
 
     /// The median of an extra of a series without problems.
@@ -41,24 +41,65 @@ enum Report {
         case .count: Format.grouped(Int(value.rounded()))
         case .rate: Format.si(value)
         case .ratio: Format.fixed(value, value < 10 ? 2 : 1) + "x"
+        case .decimal: Format.si(value)
         }
     }
 
-    static func ratioText(_ lull: Double?, _ dispatch: Double?) -> String {
-        guard let lull, let dispatch else { return "-" }
-        if dispatch == 0 { return lull == 0 ? "1.00x (both 0)" : "inf" }
-        let value = lull / dispatch
-        return Format.fixed(value, value < 10 ? 2 : 1) + "x"
+    static func ratioValue(_ lull: Double?, _ peer: Double?) -> Double? {
+        guard let lull, let peer else { return nil }
+        if peer == 0 { return lull == 0 ? 1 : .infinity }
+        return lull / peer
+    }
+
+    static func ratioText(_ value: Double?) -> String {
+        guard let value else { return "-" }
+        return value.isFinite ? Format.fixed(value, value < 10 ? 2 : 1) + "x" : "inf"
+    }
+
+    /// One row's ratio against its target, for the closing note.
+    struct Verdict {
+        let row: String
+        let ratio: Double?
+        let target: Target
+    }
+
+    /// The closing note: how many rows meet their target, and each one that does not.
+    static func emitTargets(_ verdicts: [Verdict]) {
+        guard !verdicts.isEmpty else { return }
+        let met = verdicts.filter { verdict in verdict.ratio.map { verdict.target.isMet(by: $0) } ?? false }
+        emit("")
+        emit("Targets (issue #18): \(met.count) of \(verdicts.count) rows met.")
+        for verdict in verdicts where !met.contains(where: { $0.row == verdict.row }) {
+            emit("  not met: \(verdict.row) \(ratioText(verdict.ratio)) (target \(verdict.target.text))"
+                + (verdict.ratio == nil ? ": no figure (see its details)" : ""))
+        }
     }
 
     static func print(_ results: [BenchmarkResult], options: Options, arguments: [String], loadAtStart: Double?) {
         emit("")
-        emit("Lull vs Dispatch — \(timestamp()) — \(machine())"
-            + (loadAtStart.map { ", load average \(Format.fixed($0, 2)) at the start" } ?? ""))
+        emit("Details:")
+        for result in results {
+            let benchmark = result.benchmark
+            emit("  \(benchmark.name): \(benchmark.title)")
+            for runtime in Runtime.allCases {
+                guard let series = result.series[runtime] else { continue }
+                emit("    \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(describe(series, benchmark))")
+                for note in series.notes { emit("              \(note)") }
+            }
+        }
+
+        emit("")
+        emit("Lull vs its peers — \(timestamp()) — \(machine())"
+            + (loadAtStart.map { ", load average \(Format.fixed($0, 2)) at the start" } ?? "")
+            + (loadAverage().map { ", \(Format.fixed($0, 2)) at the end" } ?? ""))
         if let warning = loadWarning(loadAtStart) { emit(warning) }
         emit("Each runtime runs each benchmark in a child process of its own. Each figure is the median of the measured")
         emit("runs after one warm-up run (idle: a single measurement after its own warm-up; idle-read-sources-*:")
-        emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up).")
+        emit("the median of \(options.runs) fresh processes, each measuring once after its own warm-up; the short")
+        emit("benchmarks the host's load moves most, \(Suite.interleaved.sorted().joined(separator: ", ")):")
+        emit("\(options.runs) rounds of one child per runtime in turns, each a warm-up and one measured run).")
+        emit("Each row names its peer: Apple's Dispatch unless the row says otherwise (SwiftNIO, raw libevent, the default")
+        emit("executor, inotifywait -r...). \"target\" is issue #18's bound on Lull/peer, \"met\" whether this run reaches it.")
         emit("Rates (…/s): higher is better, and Lull/Dispatch > 1 means Lull is faster.")
         emit("Idle wake-ups (switches): lower is better, and Lull/Dispatch < 1 means Lull wakes up less.")
         emit("Memory (bytes/source, bytes/timer): lower is better, and Lull/Dispatch < 1 means Lull uses less memory.")
@@ -72,65 +113,66 @@ enum Report {
             emit("(a warm-up run, then one measured run), so that the host's slow and fast phases fall on both alike.")
         }
         if results.contains(where: { $0.benchmark.name.hasPrefix("echo-nio-") }) {
-            emit("echo-nio-*: the Dispatch column holds SwiftNIO's echo server, and Lull/Dispatch is Lull/NIO; the")
-            emit("Dispatch twin's figures are in the details (\"Dispatch …\"). Latency, CPU and memory: lower is better.")
+            emit("echo-nio-*: the peer is SwiftNIO's echo server, and Lull/peer is Lull/NIO; the Dispatch twin's figures")
+            emit("are in the details (\"Dispatch …\"). Latency, CPU and memory: lower is better.")
         }
         if results.contains(where: { $0.benchmark.name.hasPrefix("fs-") }) {
-            emit("fs-*: Dispatch has no file-system sources on Linux; the Dispatch column holds the peer named in the")
-            emit("details (\(FileSystemBenchmarks.rawPeer): a thread blocked in poll(2) on a raw inotify descriptor, the floor;")
-            emit("inotifywait -r: Debian's inotify-tools), and Lull/Dispatch is Lull/peer. Latency and set-up time: lower")
-            emit("is better; paths/s: higher is better.")
+            emit("fs-*: Dispatch has no file-system sources on Linux; the peer is \(FileSystemBenchmarks.rawPeer) (a thread")
+            emit("blocked in poll(2) on a raw inotify descriptor, the floor) or inotifywait -r (Debian's inotify-tools).")
+            emit("Latency and set-up time: lower is better; paths/s: higher is better.")
         }
         emit("")
 
-        let header = ["benchmark", "size", "unit", "Lull", "Dispatch", "Lull/Dispatch"]
+        let header = ["benchmark", "size", "unit", "Lull", "peer", "peer's", "Lull/peer", "target", "met"]
         var rows: [[String]] = [header]
+        var verdicts: [Verdict] = []
+        func addRow(label: String, size: String, unit: String, peer: String, lull: String, peerFigure: String,
+                    ratio: Double?) {
+            let target = Targets.target(forRow: label)
+            var met = ""
+            if let target {
+                if let ratio {
+                    met = target.isMet(by: ratio) ? "yes" : "NO"
+                    verdicts.append(Verdict(row: label.trimmingLeadingSpaces, ratio: ratio, target: target))
+                } else {
+                    met = "?"
+                    verdicts.append(Verdict(row: label.trimmingLeadingSpaces, ratio: nil, target: target))
+                }
+            }
+            rows.append([label, size, unit, lull, peer, peerFigure, ratioText(ratio), target?.text ?? "", met])
+        }
         for result in results {
             let benchmark = result.benchmark
-            rows.append([
-                benchmark.name,
-                benchmark.sizeDescription(result.parameters),
-                benchmark.unit,
-                figure(result.series[.lull], lowerIsBetter: benchmark.lowerIsBetter),
-                figure(result.series[.dispatch], lowerIsBetter: benchmark.lowerIsBetter),
-                ratio(result),
-            ])
+            let peer = benchmark.peerName
+            addRow(label: benchmark.name, size: benchmark.sizeDescription(result.parameters), unit: benchmark.unit,
+                   peer: peer,
+                   lull: figure(result.series[.lull], lowerIsBetter: benchmark.lowerIsBetter),
+                   peerFigure: figure(result.series[.dispatch], lowerIsBetter: benchmark.lowerIsBetter),
+                   ratio: ratioValue(result))
             for extraRow in benchmark.extraRows {
                 let lull = extraFigure(result.series[.lull], extraRow)
                 let dispatch = extraFigure(result.series[.dispatch], extraRow)
-                rows.append([
-                    extraRow.label, "", extraRow.unit,
-                    lull.map { format($0, extraRow.style) } ?? "-",
-                    dispatch.map { format($0, extraRow.style) } ?? "-",
-                    ratioText(lull, dispatch),
-                ])
+                addRow(label: extraRow.label, size: "", unit: extraRow.unit, peer: peer,
+                       lull: lull.map { format($0, extraRow.style) } ?? "-",
+                       peerFigure: dispatch.map { format($0, extraRow.style) } ?? "-",
+                       ratio: ratioValue(lull, dispatch))
             }
         }
         var widths = [Int](repeating: 0, count: header.count)
         for row in rows {
             for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
         }
+        let leftAligned: Set<Int> = [0, 1, 2, 4]
         for (rowIndex, row) in rows.enumerated() {
             let cells = row.enumerated().map { index, cell in
-                index < 3 ? Format.padRight(cell, widths[index]) : Format.padLeft(cell, widths[index])
+                leftAligned.contains(index) ? Format.padRight(cell, widths[index]) : Format.padLeft(cell, widths[index])
             }
             emit(cells.joined(separator: "  "))
             if rowIndex == 0 {
                 emit(widths.map { String(repeating: "-", count: $0) }.joined(separator: "  "))
             }
         }
-
-        emit("")
-        emit("Details:")
-        for result in results {
-            let benchmark = result.benchmark
-            emit("  \(benchmark.name): \(benchmark.title)")
-            for runtime in Runtime.allCases {
-                guard let series = result.series[runtime] else { continue }
-                emit("    \(Format.padRight(benchmark.displayName(of: runtime) + ":", 9)) \(describe(series, benchmark))")
-                for note in series.notes { emit("              \(note)") }
-            }
-        }
+        emitTargets(verdicts)
 
         emit("")
         let shellArguments = arguments.map(shellQuoted).joined(separator: " ")
@@ -206,4 +248,8 @@ enum Report {
         if safe && !text.isEmpty { return text }
         return "'" + text.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
     }
+}
+
+extension String {
+    fileprivate var trimmingLeadingSpaces: String { String(drop { $0 == " " }) }
 }

@@ -120,21 +120,23 @@ enum TaskSleepBenchmark {
             return .failed("TIMEOUT: the tasks had not all ended 5 s after the window")
         }
 
-        var voluntary = 0
+        // getrusage, so that a thread that exits during the window counts too.
+        guard let usageBefore, let usageAfter else {
+            return .failed("getrusage failed around the window")
+        }
+        let voluntary = ProcessUsage.othersSwitches(from: usageBefore, to: usageAfter).voluntary
+        var liveVoluntary = 0
         for (tid, end) in after {
-            voluntary += end.voluntary - (before[tid]?.voluntary ?? 0)
+            liveVoluntary += end.voluntary - (before[tid]?.voluntary ?? 0)
         }
         let (optimal, sleeps) = windows.optimal(from: windowStart, to: windowEnd)
         var extras: [(String, Double)] = [
             ("optimal wake-ups", Double(optimal)),
             ("x optimal", optimal > 0 ? Double(voluntary) / Double(optimal) : .infinity),
             ("sleeps", Double(sleeps)),
+            ("live threads' voluntary switches", Double(liveVoluntary)),
+            ("CPU ms", (usageAfter.cpuSeconds - usageBefore.cpuSeconds) * 1000),
         ]
-        if let usageBefore, let usageAfter {
-            extras.append(("getrusage voluntary", Double((usageAfter.processVoluntary - usageBefore.processVoluntary)
-                - (usageAfter.threadVoluntary - usageBefore.threadVoluntary))))
-            extras.append(("CPU ms", (usageAfter.cpuSeconds - usageBefore.cpuSeconds) * 1000))
-        }
         if let report {
             extras.append(("reactor wake-ups", Double(report.wakeups.total.count)))
             extras.append(("wake-ups firing timers", Double(report.coalescing.wakeupsWithTimerFires)))

@@ -1,5 +1,8 @@
 // asyncAfter churn: N delayed blocks with deadlines spread over 100-500 ms, scheduled in
-// a shuffled order, all waited for.
+// a shuffled order, all waited for. The figure is what the runtime controls, its cost: blocks
+// per second of the whole process's CPU time from the first schedule to the last fire. The
+// wall-clock rate N / (first schedule → last fire) is bounded by the last deadline (500 ms)
+// and its leeway, not by the runtime, so it is reported beside it with the lateness.
 
 import Dispatch
 import Lull
@@ -16,15 +19,24 @@ enum TimerBenchmarks {
     static let asyncAfterChurn = Benchmark(
         name: "async-after",
         title: "asyncAfter churn: N blocks onto the default global queue, deadlines spread over 100-500 ms "
-            + "in shuffled order; figure = N / (time from the first schedule to the last fire)",
-        unit: "blocks/s",
+            + "in shuffled order; figure = N / the whole process's CPU time from the first schedule to the last "
+            + "fire (blocks per CPU second: the runtime's cost of scheduling and firing a delayed block); beside "
+            + "it N / wall time to the last fire (bounded by the 500 ms of deadlines plus their leeway) and the "
+            + "mean lateness",
+        unit: "blocks/CPU-s",
         lowerIsBetter: false,
         singleShot: false,
         parameters: { options in
             Parameters(n: options.size(full: 100_000, quick: 20_000), seconds: 0, runTimeout: options.runTimeout)
         },
         sizeDescription: { "N=\(Format.grouped($0.n))" },
-        run: runAsyncAfterChurn
+        run: runAsyncAfterChurn,
+        extraRows: [
+            ExtraRow(label: "  async-after to the last fire", extra: "wall blocks/s", unit: "blocks/s",
+                     lowerIsBetter: false, style: .rate),
+            ExtraRow(label: "  async-after mean lateness", extra: "mean lateness ms", unit: "ms",
+                     lowerIsBetter: true, style: .decimal),
+        ]
     )
 
     /// Offsets (ns after the start) of N deadlines, evenly spread over [100 ms, 500 ms) and
@@ -93,9 +105,10 @@ enum TimerBenchmarks {
         let lastDeadline = start &+ lastOffset
         let tail = finished >= lastDeadline ? Clock.seconds(from: lastDeadline, to: finished) : 0
         return .ok(
-            value: Double(n) / seconds,
+            value: Double(n) / (Double(max(processCPU, 1)) / 1e9),
             seconds: seconds,
             extras: [
+                ("wall blocks/s", Double(n) / seconds),
                 ("scheduling took ms", Clock.seconds(from: start, to: scheduled) * 1000),
                 ("scheduling CPU ns/block", Double(schedulingCPU) / Double(max(n, 1))),
                 ("process CPU ns/block", Double(processCPU) / Double(max(n, 1))),

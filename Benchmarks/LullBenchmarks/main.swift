@@ -17,9 +17,33 @@ enum Suite {
     static let groups: [String: [String]] = SourceBenchmarks.groups.merging(FileSystemBenchmarks.groups) { first, _ in first }
         .merging(EchoPeersBenchmark.groups) { first, _ in first }
 
+    /// Short benchmarks whose single runs the host's load moves by 2x from one second to the
+    /// next: their runtimes take turns, a child of one and then of the other (each a warm-up
+    /// and one measured run), so that a slow phase of the host falls on both alike.
+    static let interleaved: Set<String> = [
+        "serial-async", "concurrent-async", "sync", "async-after", "ping-pong", "read-throughput", "timer-accuracy",
+        "context-async",
+    ]
+
     static func benchmark(named name: String) -> Benchmark? {
         all.first { $0.name == name }
     }
+}
+
+/// `text` in lines of at most `width` characters, each after `indent` spaces.
+func wrapped(_ text: String, width: Int, indent: Int) -> String {
+    var lines: [String] = []
+    var line = ""
+    for word in text.split(separator: " ") {
+        if !line.isEmpty && line.count + 1 + word.count > width {
+            lines.append(line)
+            line = ""
+        }
+        line += (line.isEmpty ? "" : " ") + word
+    }
+    if !line.isEmpty { lines.append(line) }
+    let margin = String(repeating: " ", count: indent)
+    return lines.map { margin + $0 }.joined(separator: "\n")
 }
 
 let usage = """
@@ -38,6 +62,8 @@ let usage = """
     options:
       --quick             smaller N, 3 runs, 1 s idle window
       --runs N            measured runs after the warm-up run (default 5, quick 3); for
+    \(wrapped(Suite.interleaved.sorted().joined(separator: ", ") + ": rounds of one child per runtime in turns, "
+        + "each a warm-up and one run; for", width: 68, indent: 22))
                           idle-read-sources-* and timer-memory: fresh processes measured (each
                           warms up itself), at most 3 for timer-memory; timer-churn: fresh
                           processes (at most 5), each running both runtimes in turns; not
@@ -126,6 +152,9 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
     if benchmark.peerInSameProcess {
         return measureInOneProcess(benchmark, parameters: parameters, runs: runs, options: options)
     }
+    if Suite.interleaved.contains(benchmark.name) && !benchmark.singleShot && !benchmark.freshProcessPerRun {
+        return measureInterleaved(benchmark, parameters: parameters, runs: runs, options: options)
+    }
     var series: [Runtime: Series] = [:]
     for runtime in Runtime.allCases {
         let started = Clock.now()
@@ -143,6 +172,33 @@ func measure(_ benchmark: Benchmark, options: Options) -> BenchmarkResult {
         }
         series[runtime] = runtimeSeries
         emitSeries(benchmark, runtime, runtimeSeries, seconds: Clock.seconds(from: started, to: Clock.now()))
+    }
+    return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
+}
+
+/// `runs` rounds of one child per runtime (a warm-up and one measured run each), the order
+/// alternating from round to round; within twice the time budget of one runtime.
+func measureInterleaved(_ benchmark: Benchmark, parameters: Parameters, runs: Int, options: Options) -> BenchmarkResult {
+    let started = Clock.now()
+    var series: [Runtime: Series] = [.lull: Series(), .dispatch: Series()]
+    var elapsed: [Runtime: Double] = [.lull: 0, .dispatch: 0]
+    rounds: for round in 0..<runs {
+        if round > 0 && Clock.seconds(from: started, to: Clock.now()) > 2 * options.budgetSeconds {
+            let note = "stopped after \(round) of \(runs) rounds (time budget of \(Format.seconds(2 * options.budgetSeconds)))"
+            for runtime in Runtime.allCases { series[runtime]?.notes.append(note) }
+            break
+        }
+        let order = round % 2 == 0 ? Runtime.allCases : Runtime.allCases.reversed()
+        for runtime in order {
+            let childStarted = Clock.now()
+            series[runtime]?.absorb(runChild(benchmark, runtime, parameters: parameters, runs: 1, options: options))
+            elapsed[runtime, default: 0] += Clock.seconds(from: childStarted, to: Clock.now())
+            if series[runtime]?.problem != nil || series[runtime]?.skipped != nil { break rounds }
+        }
+    }
+    for runtime in Runtime.allCases {
+        let runtimeSeries = series[runtime] ?? Series()
+        emitSeries(benchmark, runtime, runtimeSeries, seconds: elapsed[runtime] ?? 0)
     }
     return BenchmarkResult(benchmark: benchmark, parameters: parameters, series: series)
 }

@@ -1,0 +1,79 @@
+// The targets of issue #18 for the report's table, by row: Lull/peer at least a ratio (rates)
+// or at most one (costs: time, memory, wake-ups, CPU). One table here, by row label, so that
+// the goals are read in one place and a benchmark's file says only what it measures.
+//
+// A row without an entry has no target: its peer is not a runtime a user would pick instead
+// (events-* against Lull's own handlers, timer-slack against Lull without slack), or its
+// figure is the same work for both (timer-piggyback's fires).
+
+/// What the ratio Lull/peer of one row must reach.
+struct Target: Sendable {
+    /// The bound on Lull/peer.
+    let ratio: Double
+    /// True: Lull/peer ≥ ratio (higher is better); false: Lull/peer ≤ ratio.
+    let atLeast: Bool
+
+    static func atLeast(_ ratio: Double) -> Target { Target(ratio: ratio, atLeast: true) }
+    static func atMost(_ ratio: Double) -> Target { Target(ratio: ratio, atLeast: false) }
+
+    /// "≥ 2.0x", "≤ 1.0x", "≥ 0.50x".
+    var text: String {
+        (atLeast ? "≥ " : "≤ ") + Format.fixed(ratio, ratio < 1 ? 2 : 1) + "x"
+    }
+
+    func isMet(by value: Double) -> Bool {
+        atLeast ? value >= ratio : value <= ratio
+    }
+}
+
+enum Targets {
+    /// Rows of the Dispatch workloads (part 3: every one ≥ 1.0x, asyncAfter churn ≥ 2x), the
+    /// SwiftNIO comparison (part 2), the libevent floor (part 4), file watching memory (part 5)
+    /// and the task workloads (part 6). Keys are the table's first column, trimmed.
+    static let byRow: [String: Target] = {
+        var table: [String: Target] = [
+            // Queues.
+            "serial-async": .atLeast(1), "concurrent-async": .atLeast(1), "sync": .atLeast(1),
+            "context-async": .atLeast(1),
+            // Timers.
+            "async-after": .atLeast(2),
+            "timer-wakeups": .atMost(1), "timer-accuracy": .atMost(1), "timer-accuracy p99": .atMost(1),
+            "timer-churn": .atLeast(1), "timer-memory": .atMost(1),
+            // Idle and sources.
+            "idle": .atMost(1), "ping-pong": .atLeast(1), "read-throughput": .atLeast(1),
+            "user-data-merges": .atLeast(1), "echo-load": .atLeast(1), "qos-hogs": .atMost(1),
+            // The floor: half of raw libevent on one thread.
+            "ping-pong-floor": .atLeast(0.5),
+            // File watching memory against inotifywait -r.
+            "fs-tree-watch RSS increase": .atMost(1),
+            // Swift concurrency on Lull against the default executor.
+            "tasks-spawn": .atLeast(1), "tasks-actor-pingpong": .atLeast(1), "tasks-sleep-tolerance": .atMost(1),
+            "task-sleep-wakeups": .atMost(1),
+            // Timers riding on other wake-ups: the process wakes no more than Dispatch's.
+            "piggyback voluntary switches": .atMost(1), "piggyback 5 ms voluntary switches": .atMost(1),
+            "piggyback 20 ms voluntary switches": .atMost(1),
+        ]
+        for suffix in ["1k", "100k"] { table["idle-read-sources-" + suffix] = .atMost(1) }
+        for size in ["100", "1k", "10k"] {
+            let name = "echo-nio-" + size
+            table[name] = .atLeast(1)
+            table[name + " p99"] = .atMost(1)
+            table[name + " server CPU per M messages"] = .atMost(1)
+            table[name + " memory per idle connection"] = .atMost(1)
+        }
+        return table
+    }()
+
+    static func target(forRow label: String) -> Target? {
+        byRow[label.trimmingCharacters(in: " ")]
+    }
+}
+
+extension String {
+    /// The string without leading and trailing `character`s.
+    fileprivate func trimmingCharacters(in character: Character) -> String {
+        guard let first = firstIndex(where: { $0 != character }),
+              let last = lastIndex(where: { $0 != character }) else { return "" }
+        return String(self[first...last])
+    }
+}
