@@ -11,6 +11,8 @@
 //   errors    install from a task (too late), then twice (already installed)
 //   cancel    install, 1,000 one-hour sleeps (pool, main actor, a queue) cancelled: no
 //             timer is left and none stays armed for them (debug builds: it reads the engine)
+//   storm     install, then child tasks spawned from tasks of three priorities and detached
+//             tasks from plain threads, all at once: each ran once, at its priority's QoS
 #if DEBUG
 @testable import Lull
 #else
@@ -251,13 +253,80 @@ func cancelMode() -> Never {
     #endif
 }
 
+/// Starts a detached plain thread (not one of Lull's) running `body`.
+func startPlainThread(_ body: @escaping @Sendable () -> Void) {
+    final class Box: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+    var thread = pthread_t()
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    let result = pthread_create(&thread, nil, { context in
+        Unmanaged<Box>.fromOpaque(context!).takeRetainedValue().body()
+        return nil
+    }, context)
+    guard result == 0 else {
+        say("pthread_create-error \(result)")
+        exit(1)
+    }
+    pthread_detach(thread)
+}
+
+/// A spawn storm: three parents (high, medium, low) each spawn children in a discarding task
+/// group while four plain threads start detached tasks of those priorities. Each child
+/// checks that it runs at the QoS of its priority (children inherit their parent's).
+func stormMode() -> Never {
+    install()
+    let childrenPerParent = 6_000
+    let detachedPerThread = 1_500
+    let priorities: [(TaskPriority, QoS.QoSClass)] = [(.high, .userInitiated), (.medium, .default), (.low, .utility)]
+    let threads = 4
+    let expected = priorities.count * childrenPerParent + threads * detachedPerThread
+    let ran = SharedCount(0)
+    let mismatches = SharedCount(0)
+    // The parents, and the detached tasks of the plain threads as one.
+    let left = SharedCount(priorities.count + 1)
+    @Sendable func report() {
+        say("storm ran \(ran.value.load(ordering: .acquiring)) of \(expected) qos-mismatches \(mismatches.value.load(ordering: .acquiring))")
+        finish()
+    }
+    @Sendable func child(_ qosClass: QoS.QoSClass) {
+        if QoS.current.qosClass != qosClass { mismatches.value.add(1, ordering: .relaxed) }
+        ran.value.add(1, ordering: .relaxed)
+    }
+    for (priority, qosClass) in priorities {
+        Task.detached(priority: priority) {
+            await withDiscardingTaskGroup { group in
+                for _ in 0..<childrenPerParent {
+                    group.addTask { child(qosClass) }
+                }
+            }
+            if left.countDown() { report() }
+        }
+    }
+    let detachedLeft = SharedCount(threads * detachedPerThread)
+    for index in 0..<threads {
+        let (priority, qosClass) = priorities[index % priorities.count]
+        startPlainThread {
+            for _ in 0..<detachedPerThread {
+                Task.detached(priority: priority) {
+                    child(qosClass)
+                    if detachedLeft.countDown(), left.countDown() { report() }
+                }
+            }
+        }
+    }
+    WorkQueue.runMain()
+}
+
 switch CommandLine.arguments.dropFirst().first {
 case "priority": priorityMode()
 case "sleep": sleepMode()
 case "main": mainMode()
 case "errors": errorsMode()
 case "cancel": cancelMode()
+case "storm": stormMode()
 default:
-    say("usage: lull-executor-probe priority|sleep|main|errors|cancel")
+    say("usage: lull-executor-probe priority|sleep|main|errors|cancel|storm")
     exit(2)
 }

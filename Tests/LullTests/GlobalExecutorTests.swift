@@ -119,6 +119,12 @@ extension IndependentSuite {
             #expect(lines.last == "done", "\(lines)")
         }
 
+        @Test func aSpawnStormFromManyThreadsRunsEveryTaskOnceAtItsPrioritysQoS() throws {
+            let lines = try Self.probe("storm")
+            // 3 parents × 6,000 children and 4 plain threads × 1,500 detached tasks.
+            #expect(Self.fields(lines, "storm", "ran") == ["24000", "of", "24000", "qos-mismatches", "0"], "\(lines)")
+        }
+
         @Test func asyncMainInstallingFirstRunsTheMainActorOnTheMainThread() throws {
             try Self.checkAsyncMain([], mainThread: "true")
         }

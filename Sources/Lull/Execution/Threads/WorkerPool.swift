@@ -398,9 +398,11 @@ final class WorkerPool: Sendable {
                     return .job(job)
                 }
                 state.running -= 1
-                // Spin only as the class's last running worker: with others running, the
-                // CPU is better left to them (and to the threads that feed them).
-                if state.spinning == 0 && state.running == 0 {
+                // Spin while the class leaves a CPU unused (one spinner per class): the
+                // worker that feeds this queue (a task spawning children, a producer of
+                // blocks) then hands its next job over without a futex wake-up; with the
+                // class's CPUs all taken, the CPU is better left to the workers running.
+                if state.spinning == 0 && state.running < cpuCount {
                     state.spinning = 1
                     return .spin
                 }
@@ -420,11 +422,15 @@ final class WorkerPool: Sendable {
             case .retire:
                 return
             case .spin:
-                cancelStallCheckIfNothingWaits()
+                // The stall check is taken back only by a worker that parks: a spinner that
+                // finds the next job would see its class saturated again at once, and an
+                // arm and a cancel per hand-off cost a timer update each.
                 switch spinForWork(worker, pool: pool, mayPoll: mayPoll) {
                 case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
                 case .lookAgain: continue
-                case .idle: if !parkUntilClaimed(worker, pool: pool) { return }
+                case .idle:
+                    cancelStallCheckIfNothingWaits()
+                    if !parkUntilClaimed(worker, pool: pool) { return }
                 }
             case .park:
                 cancelStallCheckIfNothingWaits()
@@ -536,6 +542,7 @@ final class WorkerPool: Sendable {
         #endif
         var cascade = Helper.none
         let outcome = pool.state.locked { state -> SpinOutcome in
+            assert(state.spinning == 1, "Lull: a worker ends a spin its class does not count")
             state.spinning = 0
             guard let job = state.popJob(pool) else {
                 // Read under the class lock, as `ensurePoller` looks at the idle stack under
