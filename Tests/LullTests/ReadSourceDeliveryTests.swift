@@ -249,6 +249,44 @@ extension LullSuite {
             #expect(cancelled.await())
         }
 
+        /// Reports of the end of file from four threads at once, racing the deliveries they
+        /// cause and the level checks after them: the bytes are delivered, then the end, once.
+        /// Once the writer is closed the descriptor stays readable (bytes, then the end), so
+        /// every report merged is true, as the poller's are.
+        @Test func reportsOfTheEndRacingItsDeliveriesDeliverItOnce() throws {
+            let (reader, writer) = try SourceTestKit.makeSocketPair()
+            let queue = WorkQueue(label: "lull.test.read-delivery.eof-race")
+            let source = EventSource.makeReadSource(fileDescriptor: reader, queue: queue)
+            let (core, driver) = Self.driver(of: source)
+            let seen = Recorder<UInt>()
+            let registered = Flag()
+            let cancelled = Flag()
+            source.setRegistrationHandler { registered.set() }
+            source.setEventHandler {
+                let data = source.data
+                seen.append(data)
+                if data > 0 { _ = Self.drainNow(reader) }
+            }
+            source.setCancelHandler {
+                close(reader)
+                cancelled.set()
+            }
+            source.activate()
+            #expect(registered.await())
+            #expect(SourceTestKit.writeAll(writer, [1, 2, 3]) == 3)
+            close(writer)
+            SourceTestKit.runThreads(4) { _ in
+                for _ in 0..<250 {
+                    driver.readinessReported(to: core, iteration: Runtime.shared.reactor.pollIteration &+ 1)
+                }
+            }
+            #expect(waitUntil { driver.endOfFileWasDelivered })
+            #expect(Self.flush(queue))
+            #expect(seen.values == [3, 0], "deliveries: \(seen.values)")
+            source.cancel()
+            #expect(cancelled.await())
+        }
+
         /// A FIFO's reader sees the end of file when the writer closes, and bytes again when
         /// another writer opens it: each end is delivered once, the bytes after it too.
         @Test func bytesAfterTheEndOfFileAreDeliveredAndTheNextEndOnceMore() throws {
