@@ -60,6 +60,9 @@ extension LullSuite {
             }
             defer { sources.forEach { $0.cancel() } }
             #expect(sources.map { Self.usableSize($0.core) }.min()! <= 152, "a source core grew past a 160-byte malloc chunk")
+            let drivers = sources.compactMap { ($0.core as? DrivenSourceCore)?.driver }
+            #expect(drivers.count == sources.count)
+            #expect(drivers.map { Self.usableSize($0) }.min()! <= 56, "the descriptor driver grew past a 64-byte malloc chunk")
         }
     }
 }

@@ -4,9 +4,12 @@ import Synchronization
 import Glibc
 #endif
 
-/// Fires when its descriptor has data to read; `data` is the number of bytes readable now
-/// (0 at end of file or when the peer hung up). Level-triggered from the program's view:
-/// if data remains unread when the handler returns, the handler runs again.
+/// Fires when its descriptor has data to read; `data` is an estimate of the bytes readable
+/// (0 at end of file or when the peer hung up), taken when the handler first reads it.
+/// Level-triggered from the program's view: if data remains unread when the handler
+/// returns, the handler runs again. The end of file is delivered once, as `data` 0; after
+/// it the source fires only when bytes are readable again (a FIFO's next writer) — a socket
+/// at its end never is, so cancel the source there.
 ///
 /// On a regular file (which epoll cannot watch) it fires while the file offset is before
 /// the end, with `data` = bytes from the offset to the end, as kqueue does; it does not
@@ -34,19 +37,33 @@ public final class WriteSource: EventSourceBase, EventSourceProtocol, @unchecked
 
 /// Watches one descriptor for a read or write source; receives its reactor events itself.
 final class DescriptorDriver: SourceKind {
+    // Swift lays the fields out in declaration order: the four one-byte flags share the
+    // word after the descriptor, and the driver is 56 bytes, a 64-byte malloc chunk
+    // (`SourceFootprintTests`).
     let descriptor: Int32
     let forWriting: Bool
+    /// Regular files are always "ready" for epoll's purposes and cannot be registered:
+    /// their readiness is computed from the file offset instead.
+    private let isRegularFile = Atomic<Bool>(false)
+    /// The end of file (or hang-up) was delivered (a delivery whose `data` is 0). Set and
+    /// cleared only by the source's deliveries, which run one at a time: set by the one that
+    /// finds the end (checked at delivery, or when the handler asks `data`), cleared by a
+    /// checked delivery that finds bytes again. While set, every delivery is checked, and one
+    /// that finds no bytes runs no handler: a reactor report of the end of file, however late,
+    /// never delivers it twice (docs/EventSources.md, "Read sources: the end of file").
+    private let endOfFileDelivered = Atomic<Bool>(false)
+    /// The source's `events` loop reads outside the handler: every delivery checks.
+    private let checksEveryDelivery = Atomic<Bool>(false)
     private let table: DescriptorTable
     /// The descriptor's mux while registered (shared with other sources on the descriptor).
     /// The mux, not the driver, holds the core (see `DescriptorMux`): the driver keeps no
     /// reference to it that could outlive the source's registration.
     private let mux = Mutex<DescriptorMux?>(nil)
-    /// Regular files are always "ready" for epoll's purposes and cannot be registered:
-    /// their readiness is computed from the file offset instead.
-    private let isRegularFile = Atomic<Bool>(false)
-    /// The end of file (or hang-up) was delivered (data 0): it is not delivered again until
-    /// new readiness is reported, so that a source left open at EOF does not spin.
-    private let endOfFileDelivered = Atomic<Bool>(false)
+    /// The reactor iteration in which the read handler last returned (0: it never ran). A
+    /// readiness reported by a later iteration was checked by the kernel after that handler
+    /// read, and no handler of this source has run since: the bytes are there (see
+    /// `dataForDelivery`).
+    private let lastHandlerIteration = Atomic<UInt>(0)
 
     init(descriptor: Int32, forWriting: Bool, table: DescriptorTable) {
         self.descriptor = descriptor
@@ -103,16 +120,61 @@ final class DescriptorDriver: SourceKind {
             let space = lull_write_space(descriptor)
             return space > 0 ? UInt(space) : 1
         }
+        assert(merged <= table.pollIteration &+ 1, "descriptor \(descriptor): readiness merged from iteration \(merged), ahead of the reactor")
+        let atEnd = endOfFileDelivered.load(ordering: .acquiring)
+        // Reported after this source's last handler returned: the kernel saw the descriptor
+        // readable with nothing of this source reading it since, so the delivery is not
+        // stale, and `data` waits until the handler asks for it (`dataRequested`). Not at the
+        // end of file already delivered: a report of it must find bytes to deliver anything.
+        if !atEnd && merged > lastHandlerIteration.load(ordering: .acquiring) && !checksEveryDelivery.load(ordering: .acquiring) {
+            return SourceCore.dataOnRequest
+        }
+        // Else a previous handler may have read what was reported: check.
         let readable = lull_bytes_readable(descriptor)
-        if readable > 0 { return UInt(readable) }
+        if readable > 0 {
+            // Bytes after the end of file (a FIFO's new writer): the next end is news again.
+            if atEnd { endOfFileDelivered.store(false, ordering: .releasing) }
+            return UInt(readable)
+        }
         // Nothing buffered: end of file, a hang-up, an error or a listening socket with a
         // connection to accept all make the descriptor readable; otherwise the readiness
         // went away (the handler already read it) and there is nothing to deliver.
         let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
         guard revents > 0 else { return stale(core, revents) }
         if readable < 0 { return 1 }
-        endOfFileDelivered.store(true, ordering: .releasing)
+        // The end of file, delivered once: a later report of it delivers nothing.
+        guard !atEnd else { return nil }
+        let wasDelivered = endOfFileDelivered.exchange(true, ordering: .acquiringAndReleasing)
+        assert(!wasDelivered, "descriptor \(descriptor): the end of file was marked delivered during a delivery")
         return 0
+    }
+
+    /// `data` of a delivery that was not checked (`dataForDelivery`): the bytes readable now;
+    /// with none, 0 when the descriptor is at its end, hung up or failed; 1 when it has no
+    /// byte count (a listening socket), or when something other than this source's handler
+    /// read the bytes meanwhile (the reported readiness is all there is to go on).
+    func dataRequested(_ core: SourceCore) -> UInt {
+        assert(!endOfFileDelivered.load(ordering: .acquiring),
+               "descriptor \(descriptor): a delivery after the end of file was delivered went unchecked")
+        let readable = lull_bytes_readable(descriptor)
+        if readable > 0 { return UInt(readable) }
+        if readable == -EBADF {
+            _ = stale(core, Int32(readable))
+            return 0
+        }
+        if readable < 0 { return 1 }
+        let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
+        guard revents > 0, revents & Int32(POLLNVAL) == 0 else { return 1 }
+        let wasDelivered = endOfFileDelivered.exchange(true, ordering: .acquiringAndReleasing)
+        assert(!wasDelivered, "descriptor \(descriptor): the end of file was marked delivered during a delivery")
+        return 0
+    }
+
+    /// The state of the end of file (`endOfFileDelivered`), for tests and diagnostics.
+    var endOfFileWasDelivered: Bool { endOfFileDelivered.load(ordering: .acquiring) }
+
+    func eventsIterationClaimed() {
+        checksEveryDelivery.store(true, ordering: .releasing)
     }
 
     /// Level semantics: re-signal when the condition still holds after the handler.
@@ -124,17 +186,28 @@ final class DescriptorDriver: SourceKind {
         if forWriting {
             if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
         } else {
+            // The handler's reads are done before the iteration is read: an iteration that
+            // starts later reports only what the kernel saw after them. Sequentially
+            // consistent, with the reactor's bump before each wait.
+            let ended = table.pollIteration
+            let previous = lastHandlerIteration.exchange(ended, ordering: .sequentiallyConsistent)
+            assert(previous <= ended, "descriptor \(descriptor): the last handler's iteration went back from \(previous) to \(ended)")
+            // Checked here, after the handler, with no handler of this source before the
+            // delivery it signals: that delivery need not check again.
+            let checked = ended &+ 1
             // One poll answers the common case, a handler that read everything: nothing is
             // readable and no hang-up is pending, and no FIONREAD is needed.
             let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
             guard revents > 0 else { return }
             let readable = lull_bytes_readable(descriptor)
             if readable > 0 {
-                core.merge(1)
+                core.merge(checked)
             } else if readable < 0 {
-                if revents & Int32(POLLIN) != 0 { core.merge(1) }
+                if revents & Int32(POLLIN) != 0 { core.merge(checked) }
             } else if !endOfFileDelivered.load(ordering: .acquiring) {
-                // The hang-up came with the data just read (one edge for both): deliver it.
+                // The hang-up came with the data just read (one edge for both): deliver it,
+                // checked at delivery, which marks it delivered (a handler that never asks
+                // `data` would otherwise be called again and again at the end of file).
                 core.merge(1)
             }
         }
@@ -151,11 +224,13 @@ final class DescriptorDriver: SourceKind {
 }
 
 extension DescriptorDriver {
-    /// On the polling thread, under the mux's lock (which holds `core`): new readiness (an
-    /// end of file may be reported again after it).
-    func readinessReported(to core: SourceCore) {
-        endOfFileDelivered.store(false, ordering: .releasing)
-        core.merge(1)
+    /// On the polling thread, under the mux's lock (which holds `core`): new readiness.
+    /// `iteration` is the reactor iteration whose callback reports it (1: unchecked, see
+    /// `DescriptorMux.fired`). It leaves `endOfFileDelivered` alone: the report may be of the
+    /// end of file a delivery already gave, and only the delivery, which checks while that
+    /// mark is set, tells new bytes from it.
+    func readinessReported(to core: SourceCore, iteration: UInt) {
+        core.merge(iteration)
     }
 
     /// The descriptor was closed and its number reused for another open file: this source

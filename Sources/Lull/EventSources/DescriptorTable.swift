@@ -193,11 +193,16 @@ final class DescriptorMux: Sendable {
 
     /// On the polling thread: readiness of one direction.
     fileprivate func fired(readable: Bool) {
+        // The iteration that reported it; for a direction that several sources share, 1 (one
+        // source's handler may read what the event announced to the others: each checks).
+        let iteration = reactor.pollIteration
         state.locked(ranked: .descriptorMux) { state in
             if readable {
-                state.readers.forEach { $0.driver.readinessReported(to: $0.core) }
+                let reported = state.readers.others.isEmpty ? iteration : 1
+                state.readers.forEach { $0.driver.readinessReported(to: $0.core, iteration: reported) }
             } else {
-                state.writers.forEach { $0.driver.readinessReported(to: $0.core) }
+                let reported = state.writers.others.isEmpty ? iteration : 1
+                state.writers.forEach { $0.driver.readinessReported(to: $0.core, iteration: reported) }
             }
         }
     }
@@ -231,6 +236,9 @@ final class DescriptorTable: Sendable {
     }
 
     private let muxes = Mutex<[DescriptorMux?]>([])
+
+    /// The reactor's poller iteration (see `Reactor.pollIteration`).
+    var pollIteration: UInt { reactor.pollIteration }
 
     /// Attaches a source to the mux of its descriptor (making it, or replacing a stale one).
     func attach(_ driver: DescriptorDriver, core: SourceCore, identity: DescriptorIdentity) throws(ReactorError) -> DescriptorMux {

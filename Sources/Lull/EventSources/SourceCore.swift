@@ -451,7 +451,20 @@ class SourceCore: PostedWork, @unchecked Sendable {
     var tokenDescription: String {
         "scheduled \(scheduled.load(ordering: .acquiring)), pending \(pending.load(ordering: .acquiring)), posted step \(postedStep.load(ordering: .acquiring))"
     }
-    var data: UInt { delivered.load(ordering: .acquiring) }
+    var data: UInt {
+        let value = delivered.load(ordering: .acquiring)
+        guard value == Self.dataOnRequest, mergeRule == .readiness else { return value }
+        // Computed once per delivery, when first read: a handler that never reads `data`
+        // costs the kind no system call for it.
+        let computed = kind.dataRequested(self)
+        delivered.store(computed, ordering: .releasing)
+        return computed
+    }
+
+    /// What `dataForDelivery` returns for a value the kind computes only when the handler
+    /// reads `data` (`SourceKind.dataRequested`). Only readiness kinds return it, whose
+    /// values (byte counts) never reach it; any other kind's value is delivered as it is.
+    static let dataOnRequest = UInt.max
     var registrationError: (any Error)? { state.locked(ranked: .sourceCore) { _ in extras?.registrationError } }
 
     /// Records why the source stops and cancels it (for failures found after activation).
@@ -485,7 +498,14 @@ class SourceCore: PostedWork, @unchecked Sendable {
             pending.store(value, ordering: .releasing)
             guard value != 0 else { return }
         case .readiness:
-            pending.store(1, ordering: .releasing)
+            let value = max(value, 1)
+            var seen = pending.load(ordering: .relaxed)
+            while seen < value {
+                let (exchanged, original) = pending.weakCompareExchange(expected: seen, desired: value,
+                                                                        ordering: .acquiringAndReleasing)
+                if exchanged { break }
+                seen = original
+            }
         }
         changed()
     }
@@ -730,6 +750,7 @@ class SourceCore: PostedWork, @unchecked Sendable {
         state.locked(ranked: .sourceCore) { state -> SourceEventsChannel? in
             guard !state.flags.contains(.eventsIterated) else { return nil }
             state.flags.insert(.eventsIterated)
+            kind.eventsIterationClaimed()
             let finished = state.flags.contains(.cancelStepTaken)
             let channel = SourceEventsChannel(core: self, finished: finished)
             if !finished { extrasBox().eventsChannel = channel }

@@ -19,8 +19,15 @@ protocol SourceKind: AnyObject, Sendable {
     /// The value of `data` for a delivery whose merged value is `merged`; nil when there is
     /// nothing to deliver after all (a readiness that went away).
     func dataForDelivery(_ core: SourceCore, merged: UInt) -> UInt?
+    /// `data` for a delivery whose `dataForDelivery` returned `SourceCore.dataOnRequest`:
+    /// computed when the handler first reads it, on the handler's thread.
+    func dataRequested(_ core: SourceCore) -> UInt
     /// After the event handler returned: re-signal if the condition still holds.
     func handlerReturned(_ core: SourceCore)
+    /// The source's `events` loop was claimed: its deliveries' values are taken by the loop
+    /// and its consumer reads outside the handler (a kind that relies on the handler being
+    /// the reader stops relying on it).
+    func eventsIterationClaimed()
     /// After the cancel handler ran: release what the kind owns (descriptors it opened).
     func finished(_ core: SourceCore)
 }
@@ -30,7 +37,9 @@ extension SourceKind {
     func register(_ core: SourceCore) -> (any Error)? { nil }
     func unregister(_ core: SourceCore) {}
     func dataForDelivery(_ core: SourceCore, merged: UInt) -> UInt? { merged }
+    func dataRequested(_ core: SourceCore) -> UInt { 0 }
     func handlerReturned(_ core: SourceCore) {}
+    func eventsIterationClaimed() {}
     func finished(_ core: SourceCore) {}
 }
 
@@ -42,6 +51,8 @@ enum SourceMerge: Sendable {
     case or
     /// Last value wins (user data replace).
     case replace
-    /// Only "something happened"; the kind computes `data` at delivery (read, write).
+    /// Only "something happened"; the kind computes `data` at delivery (read, write). The
+    /// value merged is the reactor iteration that reported the readiness (1: a readiness
+    /// nobody checked); the pending value is the latest one merged.
     case readiness
 }

@@ -55,6 +55,12 @@ final class Reactor: Sendable {
     }
 
     private let timer = Mutex<TimerState>(TimerState())
+    /// Counts the poller's iterations (`pollOnce`), bumped before each one waits: readiness
+    /// reported by a callback of iteration `k` was checked by the kernel after `k` was
+    /// stored. Descriptor sources compare it with the iteration their last handler ended in
+    /// (docs/EventSources.md, "Read sources: a delivery's `data`"). Starts at 2, so that
+    /// every reported iteration is above 1, the value of a readiness nobody checked.
+    private let iterations = Atomic<UInt>(2)
     /// The timer slack the poller sleeps with (ns; 0: its default), for the armed window.
     private let sleepSlack = Atomic<UInt64>(0)
     /// The timer expired in the current poll (set by the timer callbacks, under the timer
@@ -164,6 +170,9 @@ final class Reactor: Sendable {
     /// reactor's timer expired: the caller then fires the timer engine and calls
     /// `timerFireHandled()`.
     func pollOnce() -> Bool {
+        // Before the wait: sequentially consistent, as the loads in `pollIteration` are, so
+        // that a thread that read the old count did so before this wait began.
+        iterations.wrappingAdd(1, ordering: .sequentiallyConsistent)
         let watched = Diagnostics.pollWillStart()
         let result = event_base_loop(base, EVLOOP_ONCE)
         Diagnostics.pollDidEnd(watched, result: result)
@@ -175,6 +184,10 @@ final class Reactor: Sendable {
         }
         return expiredInPoll.exchange(false, ordering: .acquiringAndReleasing)
     }
+
+    /// The poller's current iteration (see `iterations`): inside a callback, the one that
+    /// reported the event; elsewhere, one no earlier than any iteration already waiting.
+    var pollIteration: UInt { iterations.load(ordering: .sequentiallyConsistent) }
 
     /// Arms the next wake-up for `window` (monotonic ns), or disarms it with nil. See
     /// `WakePlan` for how a window becomes a timerfd instant and perhaps an `epoll_wait`
