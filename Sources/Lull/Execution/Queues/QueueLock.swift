@@ -1,12 +1,22 @@
+import Synchronization
+
 /// A queue's lock: a spin lock around its `QueueState`, after which the nice values that the
 /// section's QoS overrides changed are applied. Overrides are counted under the queue's lock
 /// (that is where their pairing is decided, docs/QoSOverrides.md), but `setpriority` is a
 /// system call and waits until the lock is released.
+///
+/// Each section of a serial queue ends by publishing what its producers may decide without
+/// the lock (`fastPath`, see `QueueState.fastPathWord` and docs/Queues.md).
 final class QueueLock: Sendable {
     private let lock: SpinFutexLock<QueueState>
+    /// Serial: the class up to which a block that finds others waiting needs no lock
+    /// (rank, high byte) and the queue's floor (rank, low byte).
+    let fastPath = Atomic<UInt16>(0)
 
     init(_ state: QueueState) {
         lock = SpinFutexLock(state, rank: .queue)
+        // The floor holds from the queue's first block on.
+        if state.usesInbox { fastPath.store(state.fastPathWord, ordering: .relaxed) }
     }
 
     @inline(__always)
@@ -44,6 +54,10 @@ final class QueueLock: Sendable {
     /// that drains move through their sections.
     @inline(__always)
     private func releaseApplyingNice() {
+        if lock.guarded.usesInbox {
+            let word = lock.guarded.fastPathWord
+            if fastPath.load(ordering: .relaxed) != word { fastPath.store(word, ordering: .sequentiallyConsistent) }
+        }
         let deferred = lock.guarded.deferredNice.0 == nil ? (nil, nil) : lock.guarded.takeDeferredNice()
         lock.release()
         if deferred.0 != nil { QueueLock.apply(deferred) }
