@@ -24,14 +24,14 @@ extension LullSuite {
             init(producers: Int) { state = Mutex((next: [Int](repeating: 0, count: producers), outOfOrder: 0, ran: 0)) }
             func ran(producer: Int, sequence: Int) {
                 overlap.enter()
-                state.withLock { state in
+                state.locked { state in
                     if state.next[producer] != sequence { state.outOfOrder += 1 }
                     state.next[producer] = sequence + 1
                     state.ran += 1
                 }
                 overlap.exit()
             }
-            var snapshot: (next: [Int], outOfOrder: Int, ran: Int) { state.withLock { $0 } }
+            var snapshot: (next: [Int], outOfOrder: Int, ran: Int) { state.locked { $0 } }
         }
 
         @Test func manyProducersEveryBlockRunsOnceInProducerOrder() {
@@ -110,13 +110,13 @@ extension LullSuite {
             // On the drain's thread, after its last look found nothing and before it gives
             // the queue up: a block submitted here finds the queue still owned, posts no
             // drain request, and must be run by the drain's own hand-over.
-            QueueTestHooks.drainGoesIdle.withLock { hook in
+            QueueTestHooks.drainGoesIdle.locked { hook in
                 hook = { drained in
                     guard drained === queue, armed.exchange(false, ordering: .acquiringAndReleasing) else { return }
                     queue.async { late.set() }
                 }
             }
-            defer { QueueTestHooks.drainGoesIdle.withLock { $0 = nil } }
+            defer { QueueTestHooks.drainGoesIdle.locked { $0 = nil } }
             let first = Flag()
             queue.async { first.set() }
             #expect(first.await())
@@ -135,7 +135,7 @@ extension LullSuite {
             // until the drain has given the queue up.
             let held = Flag()
             let proceed = Gate()
-            QueueTestHooks.slowEnqueue.withLock { hook in
+            QueueTestHooks.slowEnqueue.locked { hook in
                 hook = { producerQueue in
                     guard producerQueue === queue else { return }
                     held.set()
@@ -148,7 +148,7 @@ extension LullSuite {
                 submitted.set()
             }
             #expect(held.await())
-            QueueTestHooks.slowEnqueue.withLock { $0 = nil }
+            QueueTestHooks.slowEnqueue.locked { $0 = nil }
             gate.open()
             // The drain sees the block counted in and runs it or posts for it; either way it
             // runs once the producer goes on.
