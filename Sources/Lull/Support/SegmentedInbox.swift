@@ -31,9 +31,9 @@ import Musl
 /// (its producer between the claim and the flag) stops `take`; `waitForNext` waits for it.
 ///
 /// Segments start at `minimumLog2` (2 slots) and double when the segment filled while
-/// elements were waiting, up to 64; they halve when it filled with none waiting, so a queue
-/// fed one element at a time keeps two small segments (the one filled, the one recycled),
-/// and a queue that fell quiet after a burst comes back to them.
+/// elements were waiting, up to 64; they halve after 16 fills in a row with none waiting, so
+/// a queue fed one element at a time keeps two small segments (the one filled, the one
+/// recycled), and a queue that fell quiet after a burst comes back to them.
 ///
 /// `@unchecked Sendable`: the producer side is atomics and slots claimed through them; the
 /// consumer side (`head`, `headIndex`) is read and written only by the one consumer, whom
@@ -43,6 +43,7 @@ import Musl
 final class SegmentedInbox<Element>: @unchecked Sendable {
     static var minimumLog2: Int { 1 }
     static var maximumLog2: Int { 6 }
+    static var quietFillsToShrink: Int { 16 }
 
     /// Segment address (16-byte aligned, below 2^52) << 12 | log2(capacity) << 12 | offset.
     private let tail = Atomic<UInt64>(0)
@@ -81,10 +82,12 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
 
     // MARK: Producers
 
-    /// Appends `element`; returns how many elements were counted in and not taken just
+    /// Appends `element` with `tag` (1...255, which the consumer's `take` sees without
+    /// reading the element); returns how many elements were counted in and not taken just
     /// before this one was (0: the inbox looked empty).
     @discardableResult
-    func push(_ element: consuming Element) -> Int {
+    func push(_ element: consuming Element, tag: UInt8 = 1) -> Int {
+        assert(tag != 0, "SegmentedInbox: tag 0 marks an empty slot")
         let (address, offset) = claim()
         let segment = Unmanaged<InboxSegment<Element>>.fromOpaque(address)
         // No reference counted: the claimed slot keeps the segment alive until it is taken.
@@ -92,8 +95,8 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
             if offset == segment.capacity - 1 { installNext(after: segment) }
             return segment.slot(offset)
         }
-        slot.initialize(to: element)
-        segment._withUnsafeGuaranteedRef { $0.markFilled(offset) }
+        slot.initialize(to: consume element)
+        segment._withUnsafeGuaranteedRef { $0.markFilled(offset, tag: tag) }
         return published.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
     }
 
@@ -138,20 +141,31 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
     }
 
     /// Run by the producer that claimed `full`'s last slot, before it fills that slot.
+    ///
+    /// The next segment doubles while elements wait when one fills, and halves only after
+    /// `quietFillsToShrink` fills in a row with none waiting: a queue whose traffic comes
+    /// and goes keeps recycling the same two segments instead of allocating at each turn.
     private func installNext(after full: InboxSegment<Element>) {
         let waiting = published.load(ordering: .relaxed)
-        let wanted = waiting > 0 ? Swift.min(Self.maximumLog2, full.log2Capacity + 1)
-                                 : Swift.max(Self.minimumLog2, full.log2Capacity - 1)
+        let quietFills = waiting > 0 ? 0 : full.quietFills + 1
+        var wanted = full.log2Capacity
+        if waiting > 0 {
+            wanted = Swift.min(Self.maximumLog2, wanted + 1)
+        } else if quietFills >= Self.quietFillsToShrink {
+            wanted = Swift.max(Self.minimumLog2, wanted - 1)
+        }
+        let shrinking = wanted < full.log2Capacity
         var next: InboxSegment<Element>
         if let kept = spare.exchange(nil, ordering: .acquiring) {
             let recycled = Unmanaged<InboxSegment<Element>>.fromOpaque(kept).takeRetainedValue()
-            // A larger spare serves a growing inbox; one that is shrinking lets it go, so
-            // that a queue that fell quiet comes back to small segments.
-            let fits = recycled.log2Capacity == wanted || (waiting > 0 && recycled.log2Capacity > wanted)
+            // A larger spare serves an inbox whose elements wait; otherwise only the size
+            // wanted does (a larger one would undo a shrink).
+            let fits = waiting > 0 ? recycled.log2Capacity >= wanted : recycled.log2Capacity == wanted
             next = fits ? recycled : makeSegment(log2: wanted)
         } else {
             next = makeSegment(log2: wanted)
         }
+        next.quietFills = shrinking ? 0 : quietFills
         let address = Unmanaged.passRetained(next).toOpaque()
         let previous = full.next.exchange(address, ordering: .releasing)
         assert(previous == nil, "SegmentedInbox: a segment linked twice")
@@ -167,29 +181,36 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
 
     // MARK: The consumer
 
-    /// Takes up to `limit` elements in order and hands each to `body`; stops early at a
-    /// slot claimed but not yet filled. Only the designated consumer calls this.
+    /// Takes up to `limit` elements in order and moves each to the end of `batch`, after
+    /// `note` saw its tag and its position in `batch`; stops early at a slot claimed but not
+    /// yet filled. Only the designated consumer calls this.
     @discardableResult
-    func take(upTo limit: Int = .max, _ body: (consuming Element) -> Void) -> Int {
+    func take(upTo limit: Int = .max, into batch: inout Fifo<Element>,
+              noting note: (_ tag: UInt8, _ position: Int) -> Void = { _, _ in }) -> Int {
         #if DEBUG
         enterConsumer()
         defer { leaveConsumer() }
         #endif
         let bound = Swift.min(limit, published.load(ordering: .sequentiallyConsistent))
+        guard bound > 0, var segment = currentHead() else { return 0 }
         var taken = 0
         while taken < bound {
-            guard let segment = currentHead() else { break }
             if headIndex == segment.capacity {
                 guard let next = segment.next.exchange(nil, ordering: .acquiring) else { break }
-                head = Unmanaged<InboxSegment<Element>>.fromOpaque(next).takeRetainedValue()
+                let emptied = segment
+                segment = Unmanaged<InboxSegment<Element>>.fromOpaque(next).takeRetainedValue()
+                head = segment
                 headIndex = 0
-                recycle(segment)
+                recycle(emptied)
                 continue
             }
-            guard let element = segment.takeIfFilled(headIndex) else { break }
+            let tag = segment.tag(headIndex)
+            guard tag != 0 else { break }
+            note(tag, batch.count)
+            // The element moves from its slot into the batch: no copy, no reference counted.
+            batch.append(segment.take(headIndex))
             headIndex += 1
             taken += 1
-            body(element)
         }
         if taken > 0 {
             let before = published.wrappingSubtract(taken, ordering: .sequentiallyConsistent).oldValue
@@ -213,7 +234,7 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
     private func nextIsFilled() -> Bool {
         guard let segment = currentHead() else { return false }
         if headIndex == segment.capacity { return segment.next.load(ordering: .acquiring) != nil }
-        return segment.isFilled(headIndex)
+        return segment.tag(headIndex) != 0
     }
 
     private func currentHead() -> InboxSegment<Element>? {
@@ -294,8 +315,8 @@ enum InboxWord {
     }
 }
 
-/// One segment of a `SegmentedInbox`: `capacity` slots (a power of two) with a flag each,
-/// set once the slot's element is in, cleared once the consumer took it out.
+/// One segment of a `SegmentedInbox`: `capacity` slots (a power of two) with a flag each:
+/// the element's tag once the element is in, 0 again once the consumer took it out.
 final class InboxSegment<Element> {
     let log2Capacity: Int
     let capacity: Int
@@ -303,6 +324,10 @@ final class InboxSegment<Element> {
     private let flags: UnsafeMutablePointer<Atomic<UInt8>>
     /// The segment after this one (retained), linked by the producer of the last slot.
     let next = Atomic<UnsafeMutableRawPointer?>(nil)
+    /// How many segments in a row filled with nothing waiting, this one's predecessor the
+    /// last: written by the producer that installs it, before the tail word publishes it,
+    /// and read by the producer of its last slot, after its claim.
+    var quietFills = 0
 
     init(log2Capacity: Int) {
         self.log2Capacity = log2Capacity
@@ -330,22 +355,22 @@ final class InboxSegment<Element> {
         slots + index
     }
 
-    /// Publishes the element the producer put in slot `index`.
+    /// Publishes the element the producer put in slot `index`, with its tag (not 0).
     @inline(__always)
-    func markFilled(_ index: Int) {
-        flags[index].store(1, ordering: .releasing)
+    func markFilled(_ index: Int, tag: UInt8) {
+        flags[index].store(tag, ordering: .releasing)
     }
 
+    /// The tag of slot `index`'s element; 0 while the slot is not filled.
     @inline(__always)
-    func isFilled(_ index: Int) -> Bool {
-        flags[index].load(ordering: .acquiring) != 0
+    func tag(_ index: Int) -> UInt8 {
+        flags[index].load(ordering: .acquiring)
     }
 
+    /// Moves out the element of a slot whose tag said it was filled, and clears the tag.
     @inline(__always)
-    func takeIfFilled(_ index: Int) -> Element? {
-        guard flags[index].load(ordering: .acquiring) != 0 else { return nil }
-        let element = (slots + index).move()
+    func take(_ index: Int) -> Element {
         flags[index].store(0, ordering: .relaxed)
-        return element
+        return (slots + index).move()
     }
 }

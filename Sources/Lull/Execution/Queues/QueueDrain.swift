@@ -81,7 +81,7 @@ extension WorkQueue {
             case .none:
                 break
             case .producerInFlight:
-                inbox.unsafelyUnwrapped.waitForNext()
+                inbox.waitForNext()
                 continue
             case .batch(let nextMarks):
                 cursor.startBatch(nextMarks)
@@ -124,19 +124,18 @@ extension WorkQueue {
     }
 
     /// Moves what the inbox counts (up to a slot not filled yet) to the end of `batch`,
-    /// marking each job's class at its place. Only the queue's owner, under the lock.
+    /// marking each job's class (its tag) at its place. Only the queue's owner, under the lock.
     /// Everything taken runs at least at the class a work item's waiter raised the queue to
     /// meanwhile (`inboxRaise`).
     @inline(__always)
     private func takeFromInbox(into batch: inout Fifo<Job>, marks: inout ClassMarks, _ state: inout QueueState) {
         assert(state.isOwned, "Lull: a serial queue's inbox read by a thread that does not own the queue")
-        let inbox = self.inbox.unsafelyUnwrapped
         if inbox.count > 0 {
             let classes = inboxClasses.exchange(0, ordering: .sequentiallyConsistent)
-            let floor = state.floor
-            inbox.take { job in
-                marks.note(QoSResolution.effective(job.qos, flags: job.flags, floor: floor).qosClass, at: batch.count)
-                batch.append(job)
+            // Each job's tag is its effective class's rank (the producer resolved it with the
+            // floor published when it submitted).
+            inbox.take(into: &batch) { rank, position in
+                marks.note(QoS.QoSClass.byRank[Int(rank)], at: position)
             }
             if state.inboxRaise != .unspecified && !batch.isEmpty {
                 marks.note(state.inboxRaise, at: batch.count - 1)

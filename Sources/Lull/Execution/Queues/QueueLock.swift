@@ -16,7 +16,10 @@ final class QueueLock: Sendable {
     init(_ state: QueueState) {
         lock = SpinFutexLock(state, rank: .queue)
         // The floor holds from the queue's first block on.
-        if state.usesInbox { fastPath.store(state.fastPathWord, ordering: .relaxed) }
+        if state.usesInbox {
+            var initial = state
+            fastPath.store(initial.fastPathWord(), ordering: .relaxed)
+        }
     }
 
     @inline(__always)
@@ -54,13 +57,18 @@ final class QueueLock: Sendable {
     /// that drains move through their sections.
     @inline(__always)
     private func releaseApplyingNice() {
-        if lock.guarded.usesInbox {
-            let word = lock.guarded.fastPathWord
-            if fastPath.load(ordering: .relaxed) != word { fastPath.store(word, ordering: .sequentiallyConsistent) }
-        }
+        if lock.guarded.usesInbox { publishFastPath(&lock.guarded) }
         let deferred = lock.guarded.deferredNice.0 == nil ? (nil, nil) : lock.guarded.takeDeferredNice()
         lock.release()
         if deferred.0 != nil { QueueLock.apply(deferred) }
+    }
+
+    /// Publishes the section's `fastPathWord` (the state in place: a getter on the guarded
+    /// value would copy the whole state), storing only a change.
+    @inline(__always)
+    private func publishFastPath(_ state: inout QueueState) {
+        let word = state.fastPathWord()
+        if fastPath.load(ordering: .relaxed) != word { fastPath.store(word, ordering: .sequentiallyConsistent) }
     }
 
     /// Applies the nice values and lets the controls go (retained while deferred).

@@ -77,7 +77,10 @@ struct QueueState: Sendable {
     /// the level of its batch), or a drain request was posted at it — and the floor (rank,
     /// low byte) the producer resolves its block's class with. Paused, or neither owned nor
     /// requested: 0, every block takes the lock.
-    var fastPathWord: UInt16 {
+    /// `mutating` only so that the lock's release reads the state in place: a getter on the
+    /// guarded state makes the caller copy the whole state first.
+    @inline(__always)
+    mutating func fastPathWord() -> UInt16 {
         var ceiling = QoS.QoSClass.unspecified
         if !isPaused {
             if isOwned {
@@ -187,7 +190,7 @@ struct QueueState: Sendable {
     /// Blocks wait: in `pending`, or (serial) counted in the inbox.
     @inline(__always)
     func hasWaiting(_ queue: WorkQueue) -> Bool {
-        !pending.isEmpty || (usesInbox && queue.inbox.unsafelyUnwrapped.count > 0)
+        !pending.isEmpty || (usesInbox && queue.inbox.count > 0)
     }
 
     /// An upper bound of the effective class of the waiting blocks: `pendingMaxClass` and

@@ -60,8 +60,11 @@ public final class WorkQueue: Sendable {
     /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
     let barrierAwaitsForwarded = Atomic<Bool>(false)
     /// Serial: where producers put the queue's jobs, without the lock; the queue's owner
-    /// takes them (docs/Queues.md, "The serial queue's inbox"). Nil for the other kinds.
-    let inbox: SegmentedInbox<Job>?
+    /// takes them (docs/Queues.md, "The serial queue's inbox"). The other kinds share one
+    /// that stays empty (a stored reference that is never nil costs no check, and the
+    /// producer's call through it no reference count).
+    let inbox: SegmentedInbox<Job>
+    private static let unusedInbox = SegmentedInbox<Job>()
     /// Serial: the classes (bit `1 << rank`) of the jobs that went into the inbox without
     /// the lock since a drain last took everything counted in it.
     let inboxClasses = Atomic<UInt8>(0)
@@ -79,7 +82,7 @@ public final class WorkQueue: Sendable {
         services = resolvedTarget.services
         let inactive = attributes.contains(.initiallyInactive)
         let serial = kind == .serial
-        inbox = serial ? SegmentedInbox<Job>() : nil
+        inbox = serial ? SegmentedInbox<Job>() : WorkQueue.unusedInbox
         state = QueueLock(QueueState(target: resolvedTarget, isInactive: inactive,
                                  floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget), usesInbox: serial))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
@@ -92,7 +95,7 @@ public final class WorkQueue: Sendable {
         self.kind = kind
         rootExecutor = executor
         self.services = services
-        inbox = nil
+        inbox = WorkQueue.unusedInbox
         state = QueueLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
     }
 
@@ -205,7 +208,7 @@ public final class WorkQueue: Sendable {
             }
             WorkQueue.post(request)
         case .serial:
-            enqueueSerial(job)
+            enqueueSerial(consume job)
         }
     }
 
@@ -222,7 +225,7 @@ public final class WorkQueue: Sendable {
         if inboxClasses.load(ordering: .relaxed) & classBit == 0 {
             inboxClasses.bitwiseOr(classBit, ordering: .sequentiallyConsistent)
         }
-        let before = inbox.unsafelyUnwrapped.push(job)
+        let before = inbox.push(consume job, tag: UInt8(jobClass.rank))
         if before > 0 && jobClass.rank <= Int(state.fastPath.load(ordering: .sequentiallyConsistent) >> 8) { return }
         #if DEBUG
         QueueTestHooks.runSlowEnqueue(self)
