@@ -114,7 +114,7 @@ extension LullSuite {
             #expect(holder.waitUntilRunning(at: .utility))
             let ahead = Captured<ObservedScheduling>()
             WorkQueue.global(qos: .utility).async { queue.async { ahead.set(observeScheduling()) } }
-            #expect(waitUntil { queue.state.locked { $0.pending.count } == 1 })
+            #expect(waitUntil { queue.state.locked { $0.pending.count } + queue.inbox.count == 1 })
             WorkQueue.global(qos: .userInteractive).async { queue.async {} }
             // A user-interactive submitter's block is user-initiated: the queue runs at that.
             #expect(holder.waitUntilRunning(at: .userInitiated))

@@ -1,8 +1,9 @@
 import Testing
 @testable import Lull
 
-/// A serial queue fed one block at a time keeps one buffer for its blocks and allocates no
-/// new one per block (`QueueState.pending`): the drain gives its emptied batch back.
+/// A serial queue fed one block at a time keeps one batch buffer and allocates no new one
+/// per block (`QueueState.pending`: the drain gives its emptied batch back); a burst grows
+/// the inbox's segments and the batch buffer, which the queue keeps for the next one.
 extension LullSuite {
     @Suite struct QueueBufferTests {
         @Test func aSerialQueueFedOneBlockAtATimeKeepsOneSlot() {
@@ -17,16 +18,27 @@ extension LullSuite {
             }
         }
 
-        @Test func aBurstGrowsTheBufferAndTheQueueKeepsIt() {
+        @Test func aBurstGrowsTheBuffersAndTheQueueKeepsThem() {
             let queue = WorkQueue(label: "burst")
-            let gate = Gate()
             let ran = Counter()
-            queue.async { gate.wait() }
-            for _ in 0..<100 { queue.async { ran.increment() } }
-            gate.open()
+            func burst() {
+                let gate = Gate()
+                let running = Flag()
+                queue.async { running.set(); gate.wait() }
+                #expect(running.await())
+                for _ in 0..<100 { queue.async { ran.increment() } }
+                gate.open()
+            }
+            burst()
             #expect(ran.await { $0 == 100 })
             #expect(waitUntil { queue.state.locked { !$0.isOwned } })
-            #expect(queue.state.locked { $0.pending.capacity + $0.spare.capacity } >= 100)
+            #expect(queue.state.locked { $0.pending.capacity + $0.spare.capacity } >= 1, "the drain let its batch buffer go")
+            #expect(queue.inbox.heldCapacities.contains(64), "\(queue.inbox.heldCapacities)")
+            // The next burst of the same size reuses what the first one grew.
+            let allocated = queue.inbox.segmentsAllocated.load(ordering: .relaxed)
+            burst()
+            #expect(ran.await { $0 == 200 })
+            #expect(queue.inbox.segmentsAllocated.load(ordering: .relaxed) - allocated <= 2)
         }
     }
 }

@@ -34,4 +34,17 @@ enum QoSResolution {
         }
         return propagated.isUnspecified ? .default : propagated
     }
+
+    /// The class of `effective`, with the floor given by its class's rank (0: none), as a
+    /// serial queue publishes it for its producers.
+    @inline(__always)
+    static func effectiveClass(_ propagated: QoS, flags: WorkItemFlags, floorRank: Int) -> QoS.QoSClass {
+        if floorRank != 0 {
+            if flags.contains(.enforceQoS), !propagated.isUnspecified, propagated.qosClass.rank > floorRank {
+                return propagated.qosClass
+            }
+            return QoS.QoSClass.byRank[floorRank]
+        }
+        return propagated.isUnspecified ? .default : propagated.qosClass
+    }
 }

@@ -29,13 +29,13 @@ extension WorkQueue {
         let thread = ThreadState.current
         let taken = state.locked { state -> (floor: QoS, nested: Bool, marks: ClassMarks)? in
             state.drainerFinished()
-            guard !state.isOwned, !state.isPaused, !state.pending.isEmpty else { return nil }
+            guard !state.isOwned, !state.isPaused, state.hasWaiting(self) else { return nil }
             state.isOwned = true
-            let marks = state.takePendingMarks()
-            state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
+            var marks = state.takePendingMarks()
             swap(&batch, &state.pending)
             swap(&state.pending, &state.spare)
-            state.pendingMaxClass = .unspecified
+            takeFromInbox(into: &batch, marks: &marks, &state)
+            state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
             return (state.floor, !(state.target?.isGlobal ?? true), marks)
         }
         guard let (floor, nested, firstMarks) = taken else { return }
@@ -63,18 +63,35 @@ extension WorkQueue {
             // Blocks that arrived meanwhile run in the same turn, up to a quantum, so that a
             // producer feeding the queue does not cost a drain request per batch.
             guard !cursor.stopped, batch.isEmpty, cursor.ran < WorkQueue.serialQuantum else { break }
-            let more = state.locked { state -> ClassMarks? in
-                guard !state.isPaused, !state.pending.isEmpty else { return nil }
-                swap(&batch, &state.pending)
-                state.pendingMaxClass = .unspecified
+            let more = state.locked { state -> SerialRefill in
+                guard !state.isPaused else { return .none }
+                var marks = state.takePendingMarks()
+                if !state.pending.isEmpty { swap(&batch, &state.pending) }
+                takeFromInbox(into: &batch, marks: &marks, &state)
+                if batch.isEmpty {
+                    // Counted in but not filled yet: its producer is between its claim and
+                    // its flag. Wait for it rather than give the queue up.
+                    return state.hasWaiting(self) ? .producerInFlight : .none
+                }
                 // The blocks that raised this thread are in the batch now: its levels take over.
-                let marks = state.takePendingMarks()
                 state.setOwner(thread.priorityReference, level: marks.highestClass(from: 0) ?? .unspecified)
-                return marks
+                return .batch(marks)
             }
-            guard let nextMarks = more else { break }
-            cursor.startBatch(nextMarks)
+            switch more {
+            case .none:
+                break
+            case .producerInFlight:
+                inbox.waitForNext()
+                continue
+            case .batch(let nextMarks):
+                cursor.startBatch(nextMarks)
+                continue
+            }
+            break
         }
+        #if DEBUG
+        if !cursor.stopped { QueueTestHooks.runDrainGoesIdle(self) }
+        #endif
         let handedOff = cursor.handedOff
         let marks = cursor.marks
         let index = cursor.index
@@ -104,6 +121,35 @@ extension WorkQueue {
         thread.postsOwnContinuation = endsLoopJob
         WorkQueue.post(request)
         thread.postsOwnContinuation = false
+    }
+
+    /// Moves what the inbox counts (up to a slot not filled yet) to the end of `batch`,
+    /// marking each job's class (its tag) at its place. Only the queue's owner, under the lock.
+    /// Everything taken runs at least at the class a work item's waiter raised the queue to
+    /// meanwhile (`inboxRaise`).
+    @inline(__always)
+    private func takeFromInbox(into batch: inout Fifo<Job>, marks: inout ClassMarks, _ state: inout QueueState) {
+        assert(state.isOwned, "Lull: a serial queue's inbox read by a thread that does not own the queue")
+        if inbox.count > 0 {
+            let classes = inboxClasses.exchange(0, ordering: .sequentiallyConsistent)
+            // Each job's tag is its effective class's rank (the producer resolved it with the
+            // floor published when it submitted).
+            inbox.take(into: &batch) { rank, position in
+                marks.note(QoS.QoSClass.byRank[Int(rank)], at: position)
+            }
+            if state.inboxRaise != .unspecified && !batch.isEmpty {
+                marks.note(state.inboxRaise, at: batch.count - 1)
+                state.inboxRaise = .unspecified
+            }
+            if inbox.count > 0 {
+                // Jobs left behind (counted in after the take began, or behind a slot not
+                // filled yet): their classes stay in the bound.
+                inboxClasses.bitwiseOr(classes, ordering: .sequentiallyConsistent)
+                return
+            }
+        }
+        // Everything waiting is in the batch now.
+        state.pendingMaxClass = .unspecified
     }
 
     /// Runs `first` and the jobs after it in `batch` that carry the same activity; returns
@@ -241,6 +287,14 @@ extension WorkQueue {
     }
 }
 
+/// What a serial drain finds when it looks for more blocks.
+private enum SerialRefill {
+    case batch(ClassMarks)
+    /// The inbox counts a block whose slot is not filled yet.
+    case producerInFlight
+    case none
+}
+
 /// A queue the current thread holds: exclusively (a serial drain, a barrier, a `sync`) or
 /// as one of several runners of a concurrent queue (or of a global queue, in `sync`).
 ///
@@ -297,7 +351,7 @@ struct SerialDrainCursor {
             levelUntil = next?.until ?? Int.max
             let levelClass = Swift.max(next?.qosClass ?? .unspecified, base)
             if index > 0, levelClass < (level?.qosClass ?? .unspecified) {
-                queue.state.locked { $0.ownerLevelFell(to: levelClass) }
+                queue.state.locked { $0.ownerLevelFell(to: levelClass, in: queue) }
             }
             level = levelClass == .unspecified ? nil : QoS(levelClass)
         }

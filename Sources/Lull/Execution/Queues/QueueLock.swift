@@ -1,12 +1,25 @@
+import Synchronization
+
 /// A queue's lock: a spin lock around its `QueueState`, after which the nice values that the
 /// section's QoS overrides changed are applied. Overrides are counted under the queue's lock
 /// (that is where their pairing is decided, docs/QoSOverrides.md), but `setpriority` is a
 /// system call and waits until the lock is released.
+///
+/// Each section of a serial queue ends by publishing what its producers may decide without
+/// the lock (`fastPath`, see `QueueState.fastPathWord` and docs/Queues.md).
 final class QueueLock: Sendable {
     private let lock: SpinFutexLock<QueueState>
+    /// Serial: the class up to which a block that finds others waiting needs no lock
+    /// (rank, high byte) and the queue's floor (rank, low byte).
+    let fastPath = Atomic<UInt16>(0)
 
     init(_ state: QueueState) {
         lock = SpinFutexLock(state, rank: .queue)
+        // The floor holds from the queue's first block on.
+        if state.usesInbox {
+            var initial = state
+            fastPath.store(initial.fastPathWord(), ordering: .relaxed)
+        }
     }
 
     @inline(__always)
@@ -44,9 +57,18 @@ final class QueueLock: Sendable {
     /// that drains move through their sections.
     @inline(__always)
     private func releaseApplyingNice() {
+        if lock.guarded.usesInbox { publishFastPath(&lock.guarded) }
         let deferred = lock.guarded.deferredNice.0 == nil ? (nil, nil) : lock.guarded.takeDeferredNice()
         lock.release()
         if deferred.0 != nil { QueueLock.apply(deferred) }
+    }
+
+    /// Publishes the section's `fastPathWord` (the state in place: a getter on the guarded
+    /// value would copy the whole state), storing only a change.
+    @inline(__always)
+    private func publishFastPath(_ state: inout QueueState) {
+        let word = state.fastPathWord()
+        if fastPath.load(ordering: .relaxed) != word { fastPath.store(word, ordering: .sequentiallyConsistent) }
     }
 
     /// Applies the nice values and lets the controls go (retained while deferred).

@@ -1,9 +1,9 @@
 /// The mutable state of a serial or concurrent queue, guarded by the queue's mutex.
 struct QueueState: Sendable {
-    /// The blocks waiting. A serial drain takes the whole buffer as its batch and gives it
-    /// back emptied when `pending` has none by then (the usual case), so a queue fed one
-    /// block at a time allocates once, not per block: it keeps a buffer of its own size
-    /// (one slot) from its first block on.
+    /// The blocks waiting: a concurrent queue's, or the blocks a serial drain took from the
+    /// inbox and put back (a serial queue's producers use the inbox). A serial drain takes
+    /// the whole buffer as its batch, adds what it takes from the inbox, and gives the
+    /// buffer back emptied, so a drain allocates no batch buffer of its own.
     var pending = Fifo<Job>()
     /// An emptied batch buffer a busy serial queue keeps besides `pending`'s, so that its
     /// producer does not grow a new buffer after every drain. Small ones are not kept: a
@@ -28,10 +28,12 @@ struct QueueState: Sendable {
     var drainers = 0
     /// The highest class a posted drain request was posted at.
     var drainerClass: QoS.QoSClass = .unspecified
-    /// An upper bound of the effective class of the pending blocks.
+    /// An upper bound of the effective class of the pending blocks (serial: and of those
+    /// that went into the inbox through the lock; see `pendingMax`).
     var pendingMaxClass: QoS.QoSClass = .unspecified
     /// Serial: where in `pending` the last block of each class is, so that a drain runs the
-    /// blocks ahead of a more important one at its class (asynchronous inversion).
+    /// blocks ahead of a more important one at its class (asynchronous inversion). The drain
+    /// marks the blocks it takes from the inbox itself.
     var pendingMarks = ClassMarks()
     /// Serial: the thread that owns the queue (a drain or a `sync` caller), and the override
     /// this queue puts on it because blocks more important than it arrived meanwhile.
@@ -49,11 +51,19 @@ struct QueueState: Sendable {
     /// class among the rest of its batch): a new block up to that class needs no override.
     var ownerLevel: QoS.QoSClass = .unspecified
 
+    /// Serial: producers append to the queue's `SegmentedInbox` (lock-free) and `pending`
+    /// holds only blocks a drain took from it and put back.
+    let usesInbox: Bool
+    /// Serial: a thread waits for a work item that may still be in the inbox: the next
+    /// pull runs everything it takes at least at this class.
+    var inboxRaise: QoS.QoSClass = .unspecified
+
     /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
     /// limit, not this number, bounds how many run.
     static let concurrentWidth = 64
 
-    init(target: WorkQueue?, isInactive: Bool, floor: QoS) {
+    init(target: WorkQueue?, isInactive: Bool, floor: QoS, usesInbox: Bool = false) {
+        self.usesInbox = usesInbox
         self.target = target
         self.isInactive = isInactive
         self.floor = floor
@@ -61,11 +71,33 @@ struct QueueState: Sendable {
 
     var isPaused: Bool { isInactive || suspendCount > 0 }
 
-    /// A serial queue's new pending block (or a raise of what is pending): remembered for the
-    /// drain's levels, and the owner, if any, is raised to its class right away.
-    mutating func noteSerialPending(_ qosClass: QoS.QoSClass, at index: Int) {
+    /// What `QueueLock` publishes for a serial queue's producers after each section: the
+    /// class (rank, high byte) up to which a block that finds others waiting in the inbox
+    /// needs nothing of the lock — the owner already runs at least at it (its override or
+    /// the level of its batch), or a drain request was posted at it — and the floor (rank,
+    /// low byte) the producer resolves its block's class with. Paused, or neither owned nor
+    /// requested: 0, every block takes the lock.
+    /// `mutating` only so that the lock's release reads the state in place: a getter on the
+    /// guarded state makes the caller copy the whole state first.
+    @inline(__always)
+    mutating func fastPathWord() -> UInt16 {
+        var ceiling = QoS.QoSClass.unspecified
+        if !isPaused {
+            if isOwned {
+                ceiling = Swift.max(ownerOverride, ownerLevel)
+            } else if drainers > 0 {
+                ceiling = drainerClass
+            }
+        }
+        let floorRank = floor.isUnspecified ? 0 : floor.qosClass.rank
+        return UInt16(ceiling.rank) << 8 | UInt16(floorRank)
+    }
+
+    /// A serial queue's block (or a raise of what waits) that arrives through the lock:
+    /// remembered for the drain request's class, and the owner, if any, is raised to its
+    /// class right away.
+    mutating func noteSerialArrival(_ qosClass: QoS.QoSClass) {
         if qosClass > pendingMaxClass { pendingMaxClass = qosClass }
-        pendingMarks.note(qosClass, at: index)
         if qosClass > ownerOverride, qosClass > ownerLevel, isOwned, let owner {
             changeOverride(on: owner, with: qosClass)
         }
@@ -111,10 +143,11 @@ struct QueueState: Sendable {
     /// The draining owner's level fell (it ran the most important block of its batch):
     /// blocks that arrived meanwhile above the new level now need the override they did
     /// not get.
-    mutating func ownerLevelFell(to level: QoS.QoSClass) {
+    mutating func ownerLevelFell(to level: QoS.QoSClass, in queue: WorkQueue) {
         ownerLevel = level
-        if pendingMaxClass > level && pendingMaxClass > ownerOverride, let owner {
-            changeOverride(on: owner, with: pendingMaxClass)
+        let waitingMax = pendingMax(queue)
+        if waitingMax > level && waitingMax > ownerOverride, let owner {
+            changeOverride(on: owner, with: waitingMax)
         }
     }
 
@@ -135,8 +168,9 @@ struct QueueState: Sendable {
     mutating func drainRequestIfNeeded(for queue: WorkQueue) -> (WorkQueue, Job)? {
         // Called on every enqueue: nothing here copies a job (a copy retains the block, its
         // context and its group) or the target until a request is made.
-        guard !isPaused, !pending.isEmpty, target != nil else { return nil }
-        let wanted = pendingMaxClass == .unspecified ? QoS.QoSClass.default : pendingMaxClass
+        guard !isPaused, hasWaiting(queue), target != nil else { return nil }
+        let waitingMax = pendingMax(queue)
+        let wanted = waitingMax == .unspecified ? QoS.QoSClass.default : waitingMax
         if case .serial = queue.kind {
             if isOwned { return nil }
             // One request is enough, unless a higher-QoS block waits behind a request
@@ -153,6 +187,20 @@ struct QueueState: Sendable {
         return (target.unsafelyUnwrapped, Job.drain(queue, at: wanted))
     }
 
+    /// Blocks wait: in `pending`, or (serial) counted in the inbox.
+    @inline(__always)
+    func hasWaiting(_ queue: WorkQueue) -> Bool {
+        !pending.isEmpty || (usesInbox && queue.inbox.count > 0)
+    }
+
+    /// An upper bound of the effective class of the waiting blocks: `pendingMaxClass` and
+    /// the classes of the blocks that went into the inbox without the lock.
+    @inline(__always)
+    func pendingMax(_ queue: WorkQueue) -> QoS.QoSClass {
+        guard usesInbox else { return pendingMaxClass }
+        return Swift.max(pendingMaxClass, WorkQueue.highestClass(in: queue.inboxClasses.load(ordering: .sequentiallyConsistent)))
+    }
+
     /// Called by a drain request that starts (concurrent) or ends (serial).
     mutating func drainerFinished() {
         drainers -= 1
@@ -163,7 +211,7 @@ struct QueueState: Sendable {
     /// or inactive: exclusively (serial, barrier) or as one more runner (concurrent).
     /// `owner`: the caller's thread, raised while more important blocks wait behind it.
     mutating func acquireForSync(_ queue: WorkQueue, exclusive: Bool, owner: Unmanaged<ThreadPriorityControl>) -> Bool {
-        guard !isPaused, pending.isEmpty else { return false }
+        guard !isPaused, !hasWaiting(queue) else { return false }
         switch queue.kind {
         case .serial:
             guard !isOwned else { return false }

@@ -20,7 +20,7 @@ extension WorkQueue {
             case .serial, .concurrent:
                 let serial = queue.kind == .serial
                 let next = queue.state.locked { state -> WorkQueue? in
-                    guard !state.isPaused, state.pending.isEmpty, !state.barrierActive else { return nil }
+                    guard !state.isPaused, !state.hasWaiting(queue), !state.barrierActive else { return nil }
                     guard !serial || (!state.isOwned && state.drainers == 0) else { return nil }
                     return state.target
                 }

@@ -59,6 +59,15 @@ public final class WorkQueue: Sendable {
     let forwardedInFlight = Atomic<Int>(0)
     /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
     let barrierAwaitsForwarded = Atomic<Bool>(false)
+    /// Serial: where producers put the queue's jobs, without the lock; the queue's owner
+    /// takes them (docs/Queues.md, "The serial queue's inbox"). The other kinds share one
+    /// that stays empty (a stored reference that is never nil costs no check, and the
+    /// producer's call through it no reference count).
+    let inbox: SegmentedInbox<Job>
+    private static let unusedInbox = SegmentedInbox<Job>()
+    /// Serial: the classes (bit `1 << rank`) of the jobs that went into the inbox without
+    /// the lock since a drain last took everything counted in it.
+    let inboxClasses = Atomic<UInt8>(0)
     /// Values stored with `setSpecific(key:value:)`; released with the queue. A leaf lock.
     let specifics = Mutex(SpecificValues())
 
@@ -72,8 +81,10 @@ public final class WorkQueue: Sendable {
         rootExecutor = nil
         services = resolvedTarget.services
         let inactive = attributes.contains(.initiallyInactive)
+        let serial = kind == .serial
+        inbox = serial ? SegmentedInbox<Job>() : WorkQueue.unusedInbox
         state = QueueLock(QueueState(target: resolvedTarget, isInactive: inactive,
-                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget)))
+                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget), usesInbox: serial))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
 
@@ -84,6 +95,7 @@ public final class WorkQueue: Sendable {
         self.kind = kind
         rootExecutor = executor
         self.services = services
+        inbox = WorkQueue.unusedInbox
         state = QueueLock(QueueState(target: nil, isInactive: false, floor: .unspecified))
     }
 
@@ -196,14 +208,39 @@ public final class WorkQueue: Sendable {
             }
             WorkQueue.post(request)
         case .serial:
-            let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
-                let jobClass = QoSResolution.effective(job.qos, flags: job.flags, floor: state.floor).qosClass
-                state.pending.append(job)
-                state.noteSerialPending(jobClass, at: state.pending.count - 1)
-                return state.drainRequestIfNeeded(for: self)
-            }
-            WorkQueue.post(request)
+            enqueueSerial(consume job)
         }
+    }
+
+    /// A serial queue's job goes into the inbox with one claim of a slot, no lock. The lock
+    /// is for the producer that finds nothing counted in the inbox (it may have to post the
+    /// drain request: the wake-up rule) and for a job of a class above what the queue's
+    /// owner or drain request already runs at (its override, or a request at its class).
+    @inline(__always)
+    private func enqueueSerial(_ job: consuming Job) {
+        let fastPath = state.fastPath.load(ordering: .sequentiallyConsistent)
+        let (jobQoS, jobFlags) = (job.qos, job.flags)
+        let jobClass = QoSResolution.effectiveClass(jobQoS, flags: jobFlags, floorRank: Int(fastPath & 0xFF))
+        let classBit = UInt8(1) &<< UInt8(jobClass.rank)
+        if inboxClasses.load(ordering: .relaxed) & classBit == 0 {
+            inboxClasses.bitwiseOr(classBit, ordering: .sequentiallyConsistent)
+        }
+        let before = inbox.push(consume job, tag: UInt8(jobClass.rank))
+        if before > 0 && jobClass.rank <= Int(state.fastPath.load(ordering: .sequentiallyConsistent) >> 8) { return }
+        #if DEBUG
+        QueueTestHooks.runSlowEnqueue(self)
+        #endif
+        let request = state.locked { state -> (WorkQueue, Job)? in
+            // The floor read under the lock (the published one may be older).
+            state.noteSerialArrival(QoSResolution.effective(jobQoS, flags: jobFlags, floor: state.floor).qosClass)
+            return state.drainRequestIfNeeded(for: self)
+        }
+        WorkQueue.post(request)
+    }
+
+    /// The highest class whose bit (`1 << rank`) is set in `mask`.
+    static func highestClass(in mask: UInt8) -> QoS.QoSClass {
+        mask == 0 ? .unspecified : QoS.QoSClass.byRank[7 - mask.leadingZeroBitCount]
     }
 
     /// Puts a job decided on under a lock (a drain request, a forwarded block) on its
@@ -221,8 +258,11 @@ public final class WorkQueue: Sendable {
         guard !isGlobal, kind != .mainThread, qosClass != .unspecified else { return }
         let request = state.locked { state -> (WorkQueue, Job)? in
             if kind == .serial {
-                // Conservative: everything pending now, the item among it, is raised.
-                state.noteSerialPending(qosClass, at: state.pending.count - 1)
+                // Conservative: everything waiting now, the item among it, is raised (the
+                // blocks put back here, and those in the inbox when the drain next takes).
+                state.noteSerialArrival(qosClass)
+                state.pendingMarks.note(qosClass, at: state.pending.count - 1)
+                if qosClass > state.inboxRaise { state.inboxRaise = qosClass }
             } else if qosClass > state.pendingMaxClass {
                 state.pendingMaxClass = qosClass
             }
