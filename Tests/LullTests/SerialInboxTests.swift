@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import Synchronization
 import Testing
 @testable import Lull
@@ -185,6 +186,74 @@ extension LullSuite {
             let inbox = queue.inbox
             #expect(inbox.segmentsAllocated.load(ordering: .relaxed) <= 4)
             #expect(inbox.heldCapacities.allSatisfy { $0 <= 4 }, "\(inbox.heldCapacities)")
+        }
+
+        /// The inbox releases its chain of segments one link at a time: a suspended queue
+        /// released with 100,000 blocks waiting (some 1,500 segments) on a thread with a
+        /// 256 KiB stack. Released from each segment's own `deinit`, the chain overflowed it.
+        @Test func aQueueReleasedWithManyBlocksWaitingReleasesItsSegmentsOnASmallStack() {
+            var queue: WorkQueue? = WorkQueue(label: "lull.test.inbox.deep")
+            queue?.suspend()
+            for _ in 0..<100_000 { queue?.async {} }
+            #expect((queue?.inbox.segmentsAllocated.load(ordering: .relaxed) ?? 0) > 1_000)
+            // The test's reference goes to the small thread, which drops the last one.
+            let last = Unmanaged.passRetained(queue!).toOpaque()
+            queue = nil
+            var attributes = pthread_attr_t()
+            pthread_attr_init(&attributes)
+            defer { pthread_attr_destroy(&attributes) }
+            pthread_attr_setstacksize(&attributes, 256 * 1024)
+            var thread = pthread_t()
+            let created = pthread_create(&thread, &attributes, { context in
+                Unmanaged<WorkQueue>.fromOpaque(context!).release()
+                return nil
+            }, last)
+            #expect(created == 0)
+            if created == 0 { pthread_join(thread, nil) }
+        }
+
+        /// A producer stalls just before its push while the drain takes and empties the
+        /// inbox, then pushes a user-initiated block behind a background one that took the
+        /// lock: the queue's bound of what waits must still cover user-initiated (the class
+        /// bit is set after the push, so the drain's take cannot clear it unseen).
+        @Test func aProducerStalledBeforeItsPushKeepsItsClassInTheQueuesBound() {
+            let queue = WorkQueue(label: "lull.test.inbox.class-bit")
+            let firstGate = Gate(), secondGate = Gate(), proceed = Gate()
+            let firstRunning = Flag(), secondRunning = Flag(), held = Flag(), pushed = Flag(), stalledRan = Flag()
+            let producerThread = Atomic<UInt>(0)
+            QueueTestHooks.beforePush.locked { hook in
+                hook = { producerQueue in
+                    guard producerQueue === queue,
+                          producerThread.load(ordering: .acquiring) == UInt(pthread_self()) else { return }
+                    held.set()
+                    proceed.wait()
+                }
+            }
+            defer { QueueTestHooks.beforePush.locked { $0 = nil } }
+            // A drain owns the queue.
+            queue.async(qos: .default) { firstRunning.set(); firstGate.wait() }
+            #expect(firstRunning.await())
+            // The producer of a user-initiated block stalls before its push.
+            DispatchQueue.global().async {
+                producerThread.store(UInt(pthread_self()), ordering: .releasing)
+                queue.async(qos: .userInitiated) { stalledRan.set() }
+                pushed.set()
+            }
+            #expect(held.await())
+            // The drain's next take: a user-initiated block that holds it, a background one.
+            queue.async(qos: .userInitiated) { secondRunning.set(); secondGate.wait() }
+            queue.async(qos: .background) {}
+            firstGate.open()
+            #expect(secondRunning.await())
+            // A background block counted in on an empty inbox takes the lock; then the
+            // stalled producer pushes behind it, under the published ceiling, without it.
+            queue.async(qos: .background) {}
+            proceed.open()
+            #expect(pushed.await())
+            let bound = queue.state.locked { $0.pendingMax(queue) }
+            #expect(bound >= .userInitiated, "the queue's bound \(bound) misses a user-initiated block waiting")
+            secondGate.open()
+            #expect(stalledRan.await())
         }
     }
 }

@@ -65,12 +65,21 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
 
     deinit {
         // Nothing pushes or takes any more: the chain from the head (each segment destroys
-        // the elements still flagged in it and releases its successor), and the spare.
+        // the elements still flagged in it), and the spare. The chain is released one link at
+        // a time, each detached before its segment goes: a segment that released its
+        // successor from its own deinit would recurse once per segment, and a suspended
+        // queue released with a million blocks waiting has some 16,000 segments.
         if let first = firstSegment.exchange(nil, ordering: .acquiring) {
             assert(head == nil, "SegmentedInbox: a first segment left behind a head")
             head = Unmanaged<InboxSegment<Element>>.fromOpaque(first).takeRetainedValue()
         }
+        var segment = head
         head = nil
+        while let current = segment {
+            segment = current.next.exchange(nil, ordering: .acquiring).map {
+                Unmanaged<InboxSegment<Element>>.fromOpaque($0).takeRetainedValue()
+            }
+        }
         if let kept = spare.exchange(nil, ordering: .acquiring) {
             Unmanaged<InboxSegment<Element>>.fromOpaque(kept).release()
         }

@@ -14,6 +14,15 @@ enum QueueTestHooks {
     /// found nothing counted, or its class needs the lock), before it does.
     static let slowEnqueue = Mutex<(@Sendable (WorkQueue) -> Void)?>(nil)
 
+    /// Runs on a producer of a serial queue before it pushes its job into the inbox: a test
+    /// holds a producer here while a drain takes and empties the inbox.
+    static let beforePush = Mutex<(@Sendable (WorkQueue) -> Void)?>(nil)
+
+    static func runBeforePush(_ queue: WorkQueue) {
+        let hook = beforePush.locked { $0 }
+        hook?(queue)
+    }
+
     static func runDrainGoesIdle(_ queue: WorkQueue) {
         let hook = drainGoesIdle.locked { $0 }
         hook?(queue)

@@ -222,10 +222,17 @@ public final class WorkQueue: Sendable {
         let (jobQoS, jobFlags) = (job.qos, job.flags)
         let jobClass = QoSResolution.effectiveClass(jobQoS, flags: jobFlags, floorRank: Int(fastPath & 0xFF))
         let classBit = UInt8(1) &<< UInt8(jobClass.rank)
+        #if DEBUG
+        QueueTestHooks.runBeforePush(self)
+        #endif
+        let before = inbox.push(consume job, tag: UInt8(jobClass.rank))
+        // The class bit goes in after the push: a drain's take exchanges the bits to zero
+        // and puts them back only while jobs stay counted, so a bit set before the job is
+        // counted could be cleared by a take that never saw the job, and the queue's bound
+        // would then miss the class of a job still waiting.
         if inboxClasses.load(ordering: .relaxed) & classBit == 0 {
             inboxClasses.bitwiseOr(classBit, ordering: .sequentiallyConsistent)
         }
-        let before = inbox.push(consume job, tag: UInt8(jobClass.rank))
         if before > 0 && jobClass.rank <= Int(state.fastPath.load(ordering: .sequentiallyConsistent) >> 8) { return }
         #if DEBUG
         QueueTestHooks.runSlowEnqueue(self)
