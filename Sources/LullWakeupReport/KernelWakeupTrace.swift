@@ -197,6 +197,10 @@ public struct KernelWakeupTrace: Sendable {
             // No switch happens inside an interrupt: whatever is still open on this CPU lost its exit.
             contexts[line.cpu] = nil
             let preempted = previousState.hasPrefix("R")
+            // A thread's last switch, as it exits, leaves it dead (X) or a zombie (Z).
+            if previousTid != 0 && (previousState.hasPrefix("X") || previousState.hasPrefix("Z")) {
+                forgetArmings(of: previousTid)
+            }
             if previousTid != 0 {
                 taskNames[previousTid] = previousTask
                 running[previousTid] = preempted
@@ -256,6 +260,18 @@ public struct KernelWakeupTrace: Sendable {
             fires.append(fire)
         }
         contexts[line.cpu, default: []].append(.timer(key: key, fire: fire, index: index))
+        // A sleeper's timer (`hrtimer_wakeup`: nanosleep, poll, futex and epoll timeouts)
+        // fires once per arming, and lives on its thread's kernel stack: once that thread has
+        // exited, a new thread given the same stack arms a timer at the same address. Traced
+        // for one process, the new thread's arming is not seen, so a kept arming would make
+        // its fire the process's.
+        if function == "hrtimer_wakeup" { armings[key] = nil }
+    }
+
+    /// Forgets the timers a thread armed, once it has exited: their addresses may come back
+    /// as another thread's.
+    private mutating func forgetArmings(of tid: Int32) {
+        armings = armings.filter { $0.value.owner != tid }
     }
 
     /// Pops the innermost context that `matches`, and any left open above it.

@@ -239,6 +239,45 @@ extension IndependentSuite {
             #expect(report.coalescing.windows == 1)
         }
 
+        /// A timer's address outlives its thread: a sleeper's timer is on its thread's kernel
+        /// stack, and a thread of another process given that stack later arms (unseen, the
+        /// trace being for one process) a timer at the same address. Neither its fire nor a
+        /// fire of a periodic timer whose owner exited is the process's.
+        @Test func aTimerAddressReusedAfterItsArmingIsNotTheProcesssTimer() throws {
+            var trace = KernelWakeupTrace(scope: .process(pid: 9, threads: [9]))
+            for line in [
+                // The process's nanosleep, armed and fired: one fire, one wake-up.
+                "  p-9 (9) [000] ..... 5.000000: sys_enter: NR 230 (0, 0, 7ffd8653dda0, 0, 0, 0)",
+                "  p-9 (9) [000] d..1. 5.000001: hrtimer_start: hrtimer=01 function=hrtimer_wakeup expires=5010050000 softexpires=5010000000 mode=REL was_armed=0",
+                "  p-9 (9) [000] d..2. 5.000002: sched_switch: prev_comm=p prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120",
+                "  <idle>-0 (-------) [000] d.h1. 5.010010: hrtimer_expire_entry: hrtimer=01 function=hrtimer_wakeup now=5010010000",
+                "  <idle>-0 (-------) [000] d.h2. 5.010011: sched_waking: comm=p pid=9 prio=120 target_cpu=000",
+                "  <idle>-0 (-------) [000] d.h1. 5.010012: hrtimer_expire_exit: hrtimer=01",
+                "  <idle>-0 (-------) [000] d..2. 5.010020: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=p next_pid=9 next_prio=120",
+                "  p-9 (9) [000] ..... 5.010021: sys_exit: NR 230 = 0",
+                // A periodic timerfd, then the process exits.
+                "  p-9 (9) [000] ..... 5.010100: sys_enter: NR 286 (4, 1, 7ffd00000000, 0, 0, 0)",
+                "  p-9 (9) [000] d..1. 5.010101: hrtimer_start: hrtimer=02 function=timerfd_tmrproc expires=5020000000 softexpires=5020000000 mode=ABS was_armed=0",
+                "  p-9 (9) [000] ..... 5.010102: sys_exit: NR 286 = 0",
+                "  p-9 (9) [000] d..2. 5.010200: sched_switch: prev_comm=p prev_pid=9 prev_prio=120 prev_state=X ==> next_comm=swapper/0 next_pid=0 next_prio=120",
+                // Thread 77 of another process, on the same kernel stack: its sleep's fire at
+                // address 01, and a timer at 02 whose arming is not traced either.
+                "  <idle>-0 (-------) [000] d.h1. 5.030010: hrtimer_expire_entry: hrtimer=01 function=hrtimer_wakeup now=5030010000",
+                "  <idle>-0 (-------) [000] d.h2. 5.030011: sched_waking: comm=q pid=77 prio=120 target_cpu=000",
+                "  <idle>-0 (-------) [000] d.h1. 5.030012: hrtimer_expire_exit: hrtimer=01",
+                "  <idle>-0 (-------) [000] d.h1. 5.040010: hrtimer_expire_entry: hrtimer=02 function=timerfd_tmrproc now=5040010000",
+                "  <idle>-0 (-------) [000] d.h2. 5.040011: sched_waking: comm=q pid=77 prio=120 target_cpu=000",
+                "  <idle>-0 (-------) [000] d.h1. 5.040012: hrtimer_expire_exit: hrtimer=02",
+            ] {
+                trace.consume(line[...])
+            }
+            #expect(trace.fires.map(\.function) == ["hrtimer_wakeup"], "\(trace.fires)")
+            let report = KernelWakeupReport(trace: trace, groupingBySite: true)
+            let sleeps = report.timers.first { $0.function == "hrtimer_wakeup" }
+            #expect(sleeps?.fires == 1)
+            #expect(report.wakeups.timer.count == 1)
+        }
+
         @Test func everyProcessIsGroupedByProcess() throws {
             let text = KernelWakeupTraceTests.fixture.replacingScope(with: "# scope: all excluding 600")
             let contents = try KernelTraceDocument.read(text)
