@@ -69,8 +69,11 @@ enum ExecutorBenchmarks {
         unit: "round trips/s",
         lowerIsBetter: false,
         singleShot: false,
+        // A round trip takes some 15 ns (the runtime switches between the two actors on one
+        // thread): 20 M of them make a run of a few tenths of a second, not a few milliseconds
+        // that the host's scheduling decides.
         parameters: { options in
-            Parameters(n: options.size(full: 1_000_000, quick: 100_000), seconds: 0, runTimeout: options.runTimeout)
+            Parameters(n: options.size(full: 20_000_000, quick: 2_000_000), seconds: 0, runTimeout: options.runTimeout)
         },
         sizeDescription: { "N=\(Format.grouped($0.n))" },
         run: { runtime, parameters in

@@ -22,7 +22,7 @@ enum Suite {
     /// and one measured run), so that a slow phase of the host falls on both alike.
     static let interleaved: Set<String> = [
         "serial-async", "concurrent-async", "sync", "async-after", "ping-pong", "read-throughput", "timer-accuracy",
-        "context-async",
+        "context-async", "tasks-spawn", "tasks-actor-pingpong",
     ]
 
     static func benchmark(named name: String) -> Benchmark? {
