@@ -16,11 +16,24 @@ extension LullSuite {
             withExtendedLifetime(object) { lull_malloc_usable_size(Unmanaged.passUnretained(object).toOpaque()) }
         }
 
+        /// Fills this thread's malloc cache (glibc's tcache: 7 chunks of each size) with
+        /// chunks of each usable size, so that an object that fits one takes a chunk of
+        /// exactly that size. Otherwise glibc may hand out a free chunk one size up whose
+        /// remainder is too small to split off, for every object in a row when earlier tests
+        /// left many such chunks free, and the test would read the larger size.
+        static func primeMallocCache(usableSizes: [Int]) {
+            for size in usableSizes {
+                let chunks = (0..<7).map { _ in malloc(size) }
+                chunks.forEach { free($0) }
+            }
+        }
+
         @Test func anIdleTimerIsTwoSmallObjects() {
             // glibc may hand out a chunk a little larger than asked for (a free chunk whose
             // remainder is too small to split off), so the size class shows in the smallest
             // of a few allocations, not in any one of them.
             let timers = (0..<8).map { _ in
+                Self.primeMallocCache(usableSizes: [24, 120])
                 let timer = EventSource.makeTimerSource()
                 timer.setEventHandler {}
                 timer.schedule(deadline: .now() + .seconds(3600))
@@ -39,6 +52,7 @@ extension LullSuite {
             // The smallest of a few boxes, for the reason `anIdleTimerIsTwoSmallObjects` gives.
             let timers = (0..<8).map { _ in
                 let timer = EventSource.makeTimerSource()
+                Self.primeMallocCache(usableSizes: [120])
                 timer.setCancelHandler {}
                 return timer
             }
@@ -53,6 +67,7 @@ extension LullSuite {
             defer { close(descriptors[0]); close(descriptors[1]) }
             // The smallest of a few cores, for the reason `anIdleTimerIsTwoSmallObjects` gives.
             let sources = (0..<8).map { _ in
+                Self.primeMallocCache(usableSizes: [56, 152])
                 let source = EventSource.makeReadSource(fileDescriptor: descriptors[0])
                 source.setEventHandler {}
                 source.activate()
