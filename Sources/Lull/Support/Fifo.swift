@@ -30,6 +30,19 @@ struct Fifo<Element> {
         return withBuffer { predicate($0.slots[$0.head]) }
     }
 
+    /// The position (0 is the first element) of the first element at `start` or after that
+    /// satisfies `predicate`, which reads each in place; nil when none does.
+    func firstIndex(from start: Int, where predicate: (borrowing Element) -> Bool) -> Int? {
+        guard start < count else { return nil }
+        return withBuffer { buffer -> Int? in
+            for position in Swift.max(start, 0)..<buffer.count
+            where predicate(buffer.slots[(buffer.head &+ position) & (buffer.capacity &- 1)]) {
+                return position
+            }
+            return nil
+        }
+    }
+
     mutating func append(_ element: consuming Element) {
         makeUniqueWithRoom()
         let slot = withBuffer { buffer -> UnsafeMutablePointer<Element> in

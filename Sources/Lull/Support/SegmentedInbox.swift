@@ -59,6 +59,8 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
     private let consuming = Atomic<Bool>(false)
     /// Segments this inbox allocated (tests bound it).
     let segmentsAllocated = Atomic<Int>(0)
+    /// The most elements one `take` moved (a queue takes under its lock: tests bound it).
+    let largestTake = Atomic<Int>(0)
     #endif
 
     init() {}
@@ -224,6 +226,9 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
         if taken > 0 {
             let before = published.wrappingSubtract(taken, ordering: .sequentiallyConsistent).oldValue
             assert(before >= taken, "SegmentedInbox: took \(taken) of \(before) elements counted in")
+            #if DEBUG
+            if taken > largestTake.load(ordering: .relaxed) { largestTake.store(taken, ordering: .relaxed) }
+            #endif
         }
         return taken
     }

@@ -123,27 +123,33 @@ extension WorkQueue {
         thread.postsOwnContinuation = false
     }
 
-    /// Moves what the inbox counts (up to a slot not filled yet) to the end of `batch`,
-    /// marking each job's class (its tag) at its place. Only the queue's owner, under the lock.
-    /// Everything taken runs at least at the class a work item's waiter raised the queue to
-    /// meanwhile (`inboxRaise`).
+    /// Moves what the inbox counts (up to a slot not filled yet, and at most a quantum) to
+    /// the end of `batch`, marking each job's class (its tag) at its place. Only the queue's
+    /// owner, under the lock. The jobs ahead of a work item that a waiter raised run at
+    /// least at the raised class (`InboxRaises`).
+    ///
+    /// A take moves at most `serialQuantum` jobs: the drain runs no more than that in a turn,
+    /// and every `async` or `sync` that needs the lock meanwhile waits for the move. Jobs
+    /// left behind stay counted in the inbox, so the drain's next look, or the request it
+    /// posts as it gives the queue up, takes them (a queue resumed with a million blocks
+    /// waiting moves them a quantum at a time).
     @inline(__always)
     private func takeFromInbox(into batch: inout Fifo<Job>, marks: inout ClassMarks, _ state: inout QueueState) {
         assert(state.isOwned, "Lull: a serial queue's inbox read by a thread that does not own the queue")
         if inbox.count > 0 {
             let classes = inboxClasses.exchange(0, ordering: .sequentiallyConsistent)
+            let start = batch.count
             // Each job's tag is its effective class's rank (the producer resolved it with the
             // floor published when it submitted).
-            inbox.take(into: &batch) { rank, position in
+            inbox.take(upTo: WorkQueue.serialQuantum, into: &batch) { rank, position in
                 marks.note(QoS.QoSClass.byRank[Int(rank)], at: position)
             }
-            if state.inboxRaise != .unspecified && !batch.isEmpty {
-                marks.note(state.inboxRaise, at: batch.count - 1)
-                state.inboxRaise = .unspecified
+            if state.inboxRaises.highest != .unspecified {
+                state.inboxRaises.apply(to: batch, takenFrom: start, marks: &marks)
             }
             if inbox.count > 0 {
-                // Jobs left behind (counted in after the take began, or behind a slot not
-                // filled yet): their classes stay in the bound.
+                // Jobs left behind (beyond the quantum, counted in after the take began, or
+                // behind a slot not filled yet): their classes stay in the bound.
                 inboxClasses.bitwiseOr(classes, ordering: .sequentiallyConsistent)
                 return
             }

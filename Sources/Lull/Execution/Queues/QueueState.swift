@@ -54,9 +54,9 @@ struct QueueState: Sendable {
     /// Serial: producers append to the queue's `SegmentedInbox` (lock-free) and `pending`
     /// holds only blocks a drain took from it and put back.
     let usesInbox: Bool
-    /// Serial: a thread waits for a work item that may still be in the inbox: the next
-    /// pull runs everything it takes at least at this class.
-    var inboxRaise: QoS.QoSClass = .unspecified
+    /// Serial: work items that waiters raised and that may still be in the inbox (or not
+    /// pushed yet): each take runs what is ahead of such an item at its raised class.
+    var inboxRaises = InboxRaises()
 
     /// Concurrent queues ask for at most this many drains at once; the pool's concurrency
     /// limit, not this number, bounds how many run.
@@ -193,12 +193,15 @@ struct QueueState: Sendable {
         !pending.isEmpty || (usesInbox && queue.inbox.count > 0)
     }
 
-    /// An upper bound of the effective class of the waiting blocks: `pendingMaxClass` and
-    /// the classes of the blocks that went into the inbox without the lock.
+    /// An upper bound of the effective class of the waiting blocks: `pendingMaxClass`, the
+    /// classes of the blocks that went into the inbox without the lock, and the classes
+    /// work items in the inbox were raised to.
     @inline(__always)
     func pendingMax(_ queue: WorkQueue) -> QoS.QoSClass {
         guard usesInbox else { return pendingMaxClass }
-        return Swift.max(pendingMaxClass, WorkQueue.highestClass(in: queue.inboxClasses.load(ordering: .sequentiallyConsistent)))
+        let inboxMax = Swift.max(inboxRaises.highest,
+                                 WorkQueue.highestClass(in: queue.inboxClasses.load(ordering: .sequentiallyConsistent)))
+        return Swift.max(pendingMaxClass, inboxMax)
     }
 
     /// Called by a drain request that starts (concurrent) or ends (serial).

@@ -26,7 +26,13 @@ public final class WorkItem: Sendable {
         var overrides = WaitOverrides()
         /// The queue the item waits in (to raise it), until it starts.
         var queue: WorkQueue?
+        /// The queue a waiter raised for this item (set with the look at `queue`): the item
+        /// ends that raise when it starts.
+        var raisedIn: WorkQueue?
     }
+    /// Set as the item starts (or is skipped), before it looks at `raisedIn`: a queue adds
+    /// a raise for the item only while this is false, under its lock (`raisePending`).
+    private let started = Atomic<Bool>(false)
 
     /// A work item that runs `block` with `qos` and `flags`; with `.assignCurrentContext` it
     /// captures the current execution context (and QoS) now, and runs with them.
@@ -68,19 +74,25 @@ public final class WorkItem: Sendable {
     /// Runs the block with an explicit context and QoS (a queue decided them), then completes.
     /// While it runs, threads that wait for the item raise this thread to their QoS.
     func run(context: ExecutionContext, qos runQoS: QoS, thread: ThreadState) {
-        if isCancelled {
-            // Skipped: it waits in no queue any more (and holds none).
-            completion.locked { $0.queue = nil }
-        } else {
-            completion.locked { state in
-                state.queue = nil
-                state.overrides.addRunner(thread.priority)
-            }
+        let skipped = isCancelled
+        started.store(true, ordering: .releasing)
+        // It waits in no queue any more (a skipped one holds none either).
+        let raisedIn = completion.locked { state -> WorkQueue? in
+            state.queue = nil
+            if !skipped { state.overrides.addRunner(thread.priority) }
+            defer { state.raisedIn = nil }
+            return state.raisedIn
+        }
+        raisedIn?.dropRaise(for: self)
+        if !skipped {
             thread.withContext(context) { thread.withQoS(runQoS, block) }
             completion.locked { $0.overrides.removeRunner(thread.priority) }
         }
         complete()
     }
+
+    /// The item started running or was skipped (see `started`).
+    var hasStarted: Bool { started.load(ordering: .acquiring) }
 
     /// Records the queue the item was submitted to, so that a waiter can raise it.
     func noteQueued(on queue: WorkQueue) {
@@ -115,10 +127,11 @@ public final class WorkItem: Sendable {
                 state.waiters.add(parker)
                 state.overrides.addWaiter(waitClass)
                 waitsIn = state.queue
+                if let waitsIn { state.raisedIn = waitsIn }
                 return false
             }
             registered = !done
-            waitsIn?.raisePending(to: waitClass)
+            waitsIn?.raisePending(to: waitClass, for: self)
             return done
         }, unregister: { parker in
             completion.locked { $0.waiters.remove(parker) }

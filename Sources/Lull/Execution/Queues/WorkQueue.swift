@@ -259,23 +259,41 @@ public final class WorkQueue: Sendable {
         }
     }
 
-    /// A thread of `qosClass` waits for something pending in this queue (a work item):
-    /// the queue runs at that class at least until what is pending now has run.
-    func raisePending(to qosClass: QoS.QoSClass) {
+    /// A thread of `qosClass` waits for `item`, submitted to this queue: the queue runs at
+    /// that class at least until the item has run (the blocks ahead of it too).
+    ///
+    /// Serial: an item put back in `pending` raises the blocks up to its place; otherwise
+    /// every block put back is ahead of it, and the item, in the inbox or still being pushed,
+    /// gets a raise that the drain's takes apply (`InboxRaises`) until it runs. An item that
+    /// started raises nothing here (its waiter raises the thread running it).
+    func raisePending(to qosClass: QoS.QoSClass, for item: WorkItem) {
         guard !isGlobal, kind != .mainThread, qosClass != .unspecified else { return }
         let request = state.locked { state -> (WorkQueue, Job)? in
             if kind == .serial {
-                // Conservative: everything waiting now, the item among it, is raised (the
-                // blocks put back here, and those in the inbox when the drain next takes).
+                // Under the lock: an item that starts after this look removes the raise
+                // added here (`WorkItem.run`), one that started before it is not raised.
+                guard !item.hasStarted else { return nil }
                 state.noteSerialArrival(qosClass)
-                state.pendingMarks.note(qosClass, at: state.pending.count - 1)
-                if qosClass > state.inboxRaise { state.inboxRaise = qosClass }
+                let identity = ObjectIdentifier(item)
+                if let position = state.pending.firstIndex(from: 0, where: { $0.holds(item: identity) }) {
+                    state.pendingMarks.note(qosClass, at: position)
+                } else {
+                    state.pendingMarks.note(qosClass, at: state.pending.count - 1)
+                    state.inboxRaises.raise(identity, to: qosClass)
+                }
             } else if qosClass > state.pendingMaxClass {
                 state.pendingMaxClass = qosClass
             }
             return state.drainRequestIfNeeded(for: self)
         }
         WorkQueue.post(request)
+    }
+
+    /// `item`, raised by a waiter while it waited in this queue, starts: its raise ends.
+    func dropRaise(for item: WorkItem) {
+        guard kind == .serial else { return }
+        let identity = ObjectIdentifier(item)
+        state.locked { $0.inboxRaises.remove(identity) }
     }
 
     // MARK: Suspension, activation, target
