@@ -173,3 +173,25 @@ extension LullSuite.SerialInboxTests {
         #expect(keepsHolding(for: .milliseconds(20)) { log.snapshot.ran == expected }, "a block ran twice")
     }
 }
+
+extension LullSuite.ForkTests {
+    /// The parent's producer of a segment's last slot is between its claim and the install
+    /// of the next segment at the fork: in the child, a push finds the segment full for
+    /// ever, and the fork guard stops it with its message instead of letting it spin.
+    @Test func aPushIntoASegmentLeftFullAtTheForkStopsTheChildWithAMessage() async {
+        await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let inbox = SegmentedInbox<Int>()
+            let held = Flag()
+            let proceed = Gate()
+            inbox.beforeInstallNext.locked { $0 = { held.set(); proceed.wait() } }
+            // The first segment has two slots: the second push claims the last one.
+            inbox.push(0)
+            DispatchQueue.global().async { inbox.push(1) }
+            ForkProbe.require(held.await(), "the producer of the segment's last slot never arrived")
+            ForkProbe.expectChildStops(saying: "used in the child of fork()") {
+                inbox.push(2)
+                _exit(3)
+            }
+        }
+    }
+}

@@ -61,6 +61,9 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
     let segmentsAllocated = Atomic<Int>(0)
     /// The most elements one `take` moved (a queue takes under its lock: tests bound it).
     let largestTake = Atomic<Int>(0)
+    /// Runs on the producer of a segment's last slot before it installs the next segment:
+    /// a test holds it there, with the tail word saying "full".
+    let beforeInstallNext = Mutex<(@Sendable () -> Void)?>(nil)
     #endif
 
     init() {}
@@ -103,7 +106,12 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
         let segment = Unmanaged<InboxSegment<Element>>.fromOpaque(address)
         // No reference counted: the claimed slot keeps the segment alive until it is taken.
         let slot = segment._withUnsafeGuaranteedRef { segment -> UnsafeMutablePointer<Element> in
-            if offset == segment.capacity - 1 { installNext(after: segment) }
+            if offset == segment.capacity - 1 {
+                #if DEBUG
+                runBeforeInstallNext()
+                #endif
+                installNext(after: segment)
+            }
             return segment.slot(offset)
         }
         slot.initialize(to: consume element)
@@ -270,6 +278,11 @@ final class SegmentedInbox<Element>: @unchecked Sendable {
     }
 
     #if DEBUG
+    private func runBeforeInstallNext() {
+        let hook = beforeInstallNext.locked { $0 }
+        hook?()
+    }
+
     private func enterConsumer() {
         let overlapping = consuming.exchange(true, ordering: .acquiring)
         assert(!overlapping, "SegmentedInbox: two consumers at once")
@@ -318,12 +331,16 @@ enum InboxWord {
     }
 
     /// A short spin, then a yield of the processor: the thread waited for may be preempted.
+    /// In the child of a `fork()` the thread waited for does not exist (it was mid-push in
+    /// the parent): once yielding, each turn checks the fork guard, which stops the child
+    /// with its message instead of letting it wait for ever.
     @inline(__always)
     static func backOff(_ spins: inout Int) {
         spins += 1
         if spins < 64 {
             lull_cpu_relax()
         } else {
+            ForkGuard.check()
             sched_yield()
         }
     }
