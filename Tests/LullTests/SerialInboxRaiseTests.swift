@@ -91,6 +91,40 @@ extension LullSuite.SerialInboxTests {
         #expect(queue.state.locked { $0.inboxRaises.isEmpty }, "the raise outlived its item")
     }
 
+    /// The drain stops early (a block suspends the queue) and puts the raised item back:
+    /// the next drain's take finds it among the jobs put back, so the blocks taken behind
+    /// it run at their own class.
+    @Test func aRaisedItemPutBackByADrainThatStoppedIsFoundAheadOfTheNextTake() {
+        let queue = WorkQueue(label: "lull.test.inbox.raise-put-back", qos: .utility)
+        let first = Holder()
+        queue.async(execute: first.block)
+        #expect(first.waitUntilRunning(at: .utility))
+        let suspender = Holder()
+        queue.async {
+            suspender.block()
+            queue.suspend()
+        }
+        let item = WorkItem {}
+        queue.async(execute: item)
+        first.gate.open()
+        // One take moved the suspending block and the item into the drain's batch.
+        #expect(suspender.waitUntilRunning(at: .utility))
+        let waited = Flag()
+        WorkQueue.global(qos: .userInteractive).async {
+            item.wait()
+            waited.set()
+        }
+        #expect(suspender.waitUntilRunning(at: .userInteractive))
+        suspender.gate.open()
+        #expect(waitUntil { queue.state.locked { $0.pending.count == 1 && !$0.isOwned } })
+        let behind = Captured<ObservedScheduling>()
+        queue.async { behind.set(observeScheduling()) }
+        queue.resume()
+        #expect(waited.await())
+        #expect(behind.await()?.qos == .utility, "a block taken behind the put-back item ran raised")
+        #expect(queue.state.locked { $0.inboxRaises.isEmpty })
+    }
+
     /// A waiter that comes after its item started raises nothing in the queue.
     @Test func waitingOnAnItemThatStartedAddsNoRaiseToItsQueue() {
         let queue = WorkQueue(label: "lull.test.inbox.raise-started", qos: .utility)

@@ -37,16 +37,18 @@ struct InboxRaises: Sendable {
         recomputeHighest()
     }
 
-    /// A take moved the jobs from `start` to the end of `batch`: an item found among them
-    /// marks its own position (what is ahead of it runs at least at its class) and its raise
-    /// ends; an item not found is still behind them, so all of them are marked.
+    /// A take moved the jobs from `start` to the end of `batch`: an item found in the batch
+    /// (among them, or among the jobs put back before them: a drain that stopped early put
+    /// it back after its waiter raised it) marks its own position (what is ahead of it runs
+    /// at least at its class) and its raise ends; an item not found is still behind all of
+    /// them, so all of them are marked.
     mutating func apply(to batch: borrowing Fifo<Job>, takenFrom start: Int, marks: inout ClassMarks) {
         let end = batch.count
         guard end > start else { return }
         var index = 0
         while index < raised.count {
             let (item, qosClass) = raised[index]
-            if let position = batch.firstIndex(from: start, where: { $0.holds(item: item) }) {
+            if let position = batch.firstIndex(from: 0, where: { $0.holds(item: item) }) {
                 marks.note(qosClass, at: position)
                 raised.remove(at: index)
             } else {
