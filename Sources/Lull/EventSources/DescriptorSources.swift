@@ -186,31 +186,65 @@ final class DescriptorDriver: SourceKind {
         if forWriting {
             if lull_poll_now(descriptor, Int16(POLLOUT)) & Int32(POLLOUT) != 0 { core.merge(1) }
         } else {
-            // The handler's reads are done before the iteration is read: an iteration that
-            // starts later reports only what the kernel saw after them. Sequentially
-            // consistent, with the reactor's bump before each wait.
-            let ended = table.pollIteration
-            let previous = lastHandlerIteration.exchange(ended, ordering: .sequentiallyConsistent)
-            assert(previous <= ended, "descriptor \(descriptor): the last handler's iteration went back from \(previous) to \(ended)")
-            // Checked here, after the handler, with no handler of this source before the
-            // delivery it signals: that delivery need not check again.
-            let checked = ended &+ 1
-            // One poll answers the common case, a handler that read everything: nothing is
-            // readable and no hang-up is pending, and no FIONREAD is needed.
-            let revents = lull_poll_now(descriptor, Int16(POLLIN) | pollReadHangUp)
-            guard revents > 0 else { return }
-            let readable = lull_bytes_readable(descriptor)
-            if readable > 0 {
-                core.merge(checked)
-            } else if readable < 0 {
-                if revents & Int32(POLLIN) != 0 { core.merge(checked) }
-            } else if !endOfFileDelivered.load(ordering: .acquiring) {
-                // The hang-up came with the data just read (one edge for both): deliver it,
-                // checked at delivery, which marks it delivered (a handler that never asks
-                // `data` would otherwise be called again and again at the end of file).
-                core.merge(1)
-            }
+            recordHandlerReturn()
+            levelChecked(core, revents: lull_poll_now(descriptor, readCheckEvents))
         }
+    }
+
+    /// A read handler returned: its iteration, for `dataForDelivery`.
+    private func recordHandlerReturn() {
+        // The handler's reads are done before the iteration is read: an iteration that
+        // starts later reports only what the kernel saw after them. Sequentially
+        // consistent, with the reactor's bump before each wait.
+        let ended = table.pollIteration
+        let previous = lastHandlerIteration.exchange(ended, ordering: .sequentiallyConsistent)
+        assert(previous <= ended, "descriptor \(descriptor): the last handler's iteration went back from \(previous) to \(ended)")
+    }
+
+    /// The level check after a read handler, from the zero-timeout poll's `revents` (or
+    /// its -errno). One poll answers the common case, a handler that read everything:
+    /// nothing is readable and no hang-up is pending, and no FIONREAD is needed.
+    private func levelChecked(_ core: SourceCore, revents: Int32) {
+        guard revents > 0 else { return }
+        // Checked after the handler, with no handler of this source before the delivery it
+        // signals (the token is held from the handler to here): that delivery need not
+        // check again.
+        let checked = lastHandlerIteration.load(ordering: .acquiring) &+ 1
+        // Readable with no hang-up and no error: bytes (or, on a descriptor without a byte
+        // count, what makes it readable) are there, and no FIONREAD is needed to say so.
+        if revents & Int32(POLLIN) != 0 && revents & (Int32(pollReadHangUp) | Int32(POLLHUP) | Int32(POLLERR) | Int32(POLLNVAL)) == 0 {
+            core.merge(checked)
+            return
+        }
+        let readable = lull_bytes_readable(descriptor)
+        if readable > 0 {
+            core.merge(checked)
+        } else if readable < 0 {
+            if revents & Int32(POLLIN) != 0 { core.merge(checked) }
+        } else if !endOfFileDelivered.load(ordering: .acquiring) {
+            // The hang-up came with the data just read (one edge for both): deliver it,
+            // checked at delivery, which marks it delivered (a handler that never asks
+            // `data` would otherwise be called again and again at the end of file).
+            core.merge(1)
+        }
+    }
+
+    /// A read source's check after its handler may wait for its thread's batch
+    /// (`DeferredLevelChecks`); a write source's and a regular file's are made at once.
+    func deferLevelCheck(_ core: SourceCore) -> Bool {
+        guard !forWriting, !isRegularFile.load(ordering: .acquiring) else { return false }
+        recordHandlerReturn()
+        return true
+    }
+
+    var deferredCheckPoll: (descriptor: Int32, events: Int16) { (descriptor, readCheckEvents) }
+
+    func completeLevelCheck(_ core: SourceCore, revents: Int16?) {
+        guard let revents else {
+            levelChecked(core, revents: lull_poll_now(descriptor, readCheckEvents))
+            return
+        }
+        levelChecked(core, revents: Int32(revents))
     }
 
     /// Nothing to deliver; if the descriptor turned out to be closed, cancel with the reason.
@@ -245,6 +279,9 @@ extension DescriptorDriver {
 
 /// POLLRDHUP (the peer shut down its writing side), which Glibc's Swift module lacks.
 private let pollReadHangUp: Int16 = 0x2000
+
+/// What the level check after a read handler polls for: bytes, or a hang-up.
+private let readCheckEvents = Int16(POLLIN) | pollReadHangUp
 
 /// A libevent event pointer that a lock hands around. `@unchecked Sendable`: the pointer is
 /// only used by the reactor's calls, which libevent serialises with its base lock.

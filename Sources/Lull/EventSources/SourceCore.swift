@@ -626,6 +626,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
         runPostedStep()
     }
 
+    override var isSourceDelivery: Bool {
+        postedStep.load(ordering: .acquiring) == Step.delivery.rawValue
+    }
+
     /// The job `scheduleNext` posted, on the target queue (or a drain of the
     /// `CancellationIntake`); then the next decision.
     func runPostedStep() {
@@ -646,7 +650,9 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
-            deliver()
+            // A deferred level check keeps the token until it completes (it gives it back
+            // and decides the next step, `completeDeferredCheck`).
+            if deliver() { return }
         case .cancellation:
             // The last step there is: the source keeps `scheduled` for good, so that
             // nothing decides or posts again.
@@ -657,18 +663,27 @@ class SourceCore: PostedWork, @unchecked Sendable {
         scheduleNext()
     }
 
-    /// One delivery: take the merged value, run the handler.
-    private func deliver() {
-        guard !isCancelled else { return }
+    /// One delivery: take the merged value, run the handler. True when the kind's level
+    /// check after the handler was deferred to the thread's batch (`DeferredLevelChecks`):
+    /// the token stays held until it completes.
+    private func deliver() -> Bool {
+        guard !isCancelled else { return false }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
-        guard merged != 0 else { return }
+        guard merged != 0 else { return false }
         let kind = self.kind
-        guard let value = kind.dataForDelivery(self, merged: merged) else { return }
+        guard let value = kind.dataForDelivery(self, merged: merged) else { return false }
         // Events that arrive while no handler is set are dropped.
-        guard let handler = state.locked(ranked: .sourceCore, { $0.eventHandler }) else { return }
+        guard let handler = state.locked(ranked: .sourceCore, { $0.eventHandler }) else { return false }
         delivered.store(value, ordering: .releasing)
-        handler.run(thread: ThreadState.current)
-        if !isCancelled { kind.handlerReturned(self) }
+        let thread = ThreadState.current
+        handler.run(thread: thread)
+        guard !isCancelled else { return false }
+        if let checks = thread.deferredChecks, kind.deferLevelCheck(self) {
+            checks.add(self)
+            return true
+        }
+        kind.handlerReturned(self)
+        return false
     }
 
     /// A delivery to the `events` loop, on the thread that decided it (see `post`): as
@@ -795,4 +810,22 @@ final class DrivenSourceCore: SourceCore, @unchecked Sendable {  // Sendable: se
     override var sourceType: EventSourceBase.Type { kindType }
     override var handle: UInt { UInt(truncatingIfNeeded: Int32(bitPattern: handleBits)) }
     override var mask: UInt { UInt(maskBits) }
+}
+
+/// A delivery whose level check waits in its thread's batch (see `DeferredLevelChecks`).
+/// The source holds its token from the delivery until the check completes: no other
+/// delivery, and no cancel handler, runs in between, so the check means what it means when
+/// made at once. A cancel, suspend or resume meanwhile counts a change and finds the token
+/// taken; the completion gives it back and decides, seeing them.
+extension SourceCore: DeferredLevelCheck {
+    var deferredCheckPoll: (descriptor: Int32, events: Int16) { kind.deferredCheckPoll }
+
+    func completeDeferredCheck(revents: Int16?) {
+        assert(scheduled.load(ordering: .acquiring), "\(name): a deferred level check completed without the token")
+        assert(postedStep.load(ordering: .acquiring) == 0, "\(name): a job posted while its delivery's check was deferred")
+        // Cancelled meanwhile: nothing more to deliver (the descriptor may be closed already).
+        if !isCancelled { kind.completeLevelCheck(self, revents: revents) }
+        scheduled.store(false, ordering: .releasing)
+        scheduleNext()
+    }
 }

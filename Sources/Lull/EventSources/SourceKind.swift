@@ -24,6 +24,15 @@ protocol SourceKind: AnyObject, Sendable {
     func dataRequested(_ core: SourceCore) -> UInt
     /// After the event handler returned: re-signal if the condition still holds.
     func handlerReturned(_ core: SourceCore)
+    /// After the event handler returned, on a thread that may defer the level check (see
+    /// `DeferredLevelChecks`): does the part of `handlerReturned` that needs no system call
+    /// and returns true when the rest waits for `completeLevelCheck`; false: the caller
+    /// calls `handlerReturned` now.
+    func deferLevelCheck(_ core: SourceCore) -> Bool
+    /// The descriptor and events a deferred level check polls.
+    var deferredCheckPoll: (descriptor: Int32, events: Int16) { get }
+    /// The rest of a deferred level check, with what the poll reported (nil: poll alone).
+    func completeLevelCheck(_ core: SourceCore, revents: Int16?)
     /// The source's `events` loop was claimed: its deliveries' values are taken by the loop
     /// and its consumer reads outside the handler (a kind that relies on the handler being
     /// the reader stops relying on it).
@@ -39,6 +48,9 @@ extension SourceKind {
     func dataForDelivery(_ core: SourceCore, merged: UInt) -> UInt? { merged }
     func dataRequested(_ core: SourceCore) -> UInt { 0 }
     func handlerReturned(_ core: SourceCore) {}
+    func deferLevelCheck(_ core: SourceCore) -> Bool { false }
+    var deferredCheckPoll: (descriptor: Int32, events: Int16) { (-1, 0) }
+    func completeLevelCheck(_ core: SourceCore, revents: Int16?) {}
     func eventsIterationClaimed() {}
     func finished(_ core: SourceCore) {}
 }

@@ -59,6 +59,25 @@ struct Job: Sendable {
         return nil
     }
 
+    /// What running this job asks of the level checks its thread deferred (see
+    /// `DeferredLevelChecks`): a source's delivery keeps them (its own check may join
+    /// them), but its handler may block in a system call of its own, so the stall check
+    /// is to look; a drain keeps them (its jobs decide one by one); anything else may wait
+    /// for what a deferred source's next delivery does, and comes after them.
+    var deferredChecksRule: DeferredChecksRule {
+        switch work {
+        case .drain: return .keep
+        case .posted(let posted): return posted.isSourceDelivery ? .keepAndWatch : .complete
+        default: return .complete
+        }
+    }
+
+    enum DeferredChecksRule {
+        case keep
+        case keepAndWatch
+        case complete
+    }
+
     var isBarrier: Bool {
         if flags.contains(.barrier) { return true }
         if case .syncWaiter(let waiter) = work { return waiter.isBarrier }

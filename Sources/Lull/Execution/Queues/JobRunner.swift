@@ -32,6 +32,13 @@ enum JobRunner {
 
     /// Runs the job itself (for a forwarded block, once its queue has accepted it).
     static func runIgnoringOwner(_ job: consuming Job, floor: QoS, drainQoS: QoS?, thread: ThreadState) {
+        if let checks = thread.deferredChecks, checks.mayHoldChecks {
+            switch job.deferredChecksRule {
+            case .keep: break
+            case .keepAndWatch: thread.workerPool?.watchDeferredChecks()
+            case .complete: checks.completeAll()
+            }
+        }
         switch job.takeWork() {
         case .block(let block):
             let qos = runQoS(job, floor: floor, drainQoS: drainQoS)

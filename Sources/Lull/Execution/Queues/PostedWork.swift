@@ -12,4 +12,8 @@ class PostedWork: @unchecked Sendable {
     func performPostedWork() {
         lullFatal("PostedWork.performPostedWork() must be overridden")
     }
+
+    /// Whether the work posted is an event source's delivery (see
+    /// `Job.deferredChecksRule`).
+    var isSourceDelivery: Bool { false }
 }

@@ -142,7 +142,48 @@ extension WorkerPool {
     func cancelStallCheckIfNothingWaits() {
         guard stallMonitor.isArmed else { return }
         for pool in classes where pool.queuedJobs.load(ordering: .acquiring) > 0 { return }
+        if deferredCheckHolders.count.load(ordering: .sequentiallyConsistent) > 0 { return }
+        // A look that serves deferred checks fires once (a wake-up per interval at most, while
+        // batches defer checks) rather than being taken back and armed again, two timer
+        // updates and a poller's wake-up, after every such batch.
+        if lookServesDeferredChecks.load(ordering: .relaxed) { return }
         stallMonitor.cancel()
+        // A worker that deferred a check after the look above, and saw the look still
+        // armed before the cancel, relies on it: arm it again (the count is sequentially
+        // consistent with the worker's, which counts before it looks at `isArmed`).
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if deferredCheckHolders.count.load(ordering: .sequentiallyConsistent) > 0 { watchDeferredChecks() }
+    }
+
+    /// By a worker about to run another read delivery while it holds deferred level checks:
+    /// makes sure the stall check will look, in case that handler blocks in a system call
+    /// of its own waiting for what a deferred source's next delivery does. The look takes
+    /// the checks of every worker that still holds some (`takeDeferredChecks`).
+    func watchDeferredChecks() {
+        if !lookServesDeferredChecks.load(ordering: .relaxed) {
+            lookServesDeferredChecks.store(true, ordering: .relaxed)
+        }
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if stallMonitor.isArmed { return }
+        stallMonitor.arm(after: StallMonitor.interval) { self.checkForStalls() }
+    }
+
+    /// The stall check's look at deferred level checks: completes those of every worker
+    /// that holds some (its owner, running or blocked, finds them taken).
+    private func takeDeferredChecks() {
+        lookServesDeferredChecks.store(false, ordering: .relaxed)
+        // Paired with `watchDeferredChecks`: the look was disarmed before this read.
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        guard deferredCheckHolders.count.load(ordering: .sequentiallyConsistent) > 0 else { return }
+        for pool in classes {
+            let activities = pool.state.locked { state in Array(state.workers.values) }
+            for activity in activities where activity.deferredChecks.mayHoldChecks {
+                #if DEBUG
+                DeferredLevelChecks.takenByLookCount.add(1, ordering: .relaxed)
+                #endif
+                activity.deferredChecks.completeAll()
+            }
+        }
     }
 
     private enum ClassCondition {
@@ -185,6 +226,7 @@ extension WorkerPool {
     }
 
     func checkForStalls() {
+        takeDeferredChecks()
         var stillSaturated = false
         let pollerTid = pollerThreadID.load(ordering: .acquiring)
         for pool in classes {

@@ -39,6 +39,9 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
+    /// Set on a worker: where read deliveries leave their level checks (see
+    /// `DeferredLevelChecks`); nil on other threads, where each check is made at once.
+    @exclusivity(unchecked) var deferredChecks: DeferredLevelChecks?
     /// Set by the worker loop while it runs a job it took from its class queue: when the job
     /// returns, the thread goes straight back to that queue.
     @exclusivity(unchecked) var runsLoopJob = false
@@ -63,6 +66,13 @@ final class ThreadState {
         priority = ThreadPriorityControl(tid: tid, own: baseQoS,
                                          nice: lull_get_thread_nice(tid, &nice) == 0 ? nice : 0)
         priorityReference = Unmanaged.passUnretained(priority)
+    }
+
+    /// Completes the level checks this thread deferred, if any: before it runs anything but
+    /// a read delivery, and before it waits.
+    @inline(__always)
+    func completeDeferredChecks() {
+        if let checks = deferredChecks, checks.mayHoldChecks { checks.completeAll() }
     }
 
     /// What the thread runs at now: its own QoS, or an override if one is higher.

@@ -15,6 +15,13 @@ final class WorkerActivity: Sendable {
     /// The thread's run-queue wait (ns, `ThreadSchedStat`) at the stall check's previous
     /// look; `UInt64.max`: not read yet.
     let runQueueWaitAtLastCheck = Atomic<UInt64>(.max)
+    /// The level checks the worker's inline batch deferred, which the stall check takes
+    /// from a worker that blocked while it held them.
+    let deferredChecks: DeferredLevelChecks
+
+    init(deferredCheckHolders: DeferredLevelChecks.Holders = DeferredLevelChecks.Holders()) {
+        deferredChecks = DeferredLevelChecks(holders: deferredCheckHolders)
+    }
 
     /// The worker starts a job (only the worker's thread calls it).
     @inline(__always)

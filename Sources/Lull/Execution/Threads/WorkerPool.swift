@@ -57,6 +57,12 @@ final class WorkerPool: Sendable {
     /// The kernel tid of the polling worker (0: none), so the stall check can skip it.
     let pollerThreadID = Atomic<Int32>(0)
     let stallMonitor: StallMonitor
+    /// How many workers hold deferred level checks (see `DeferredLevelChecks`).
+    let deferredCheckHolders = DeferredLevelChecks.Holders()
+    /// Set when a worker relied on the stall check's look for its deferred checks, cleared
+    /// by the look: a worker that parks leaves such a look armed (see
+    /// `cancelStallCheckIfNothingWaits`).
+    let lookServesDeferredChecks = Atomic<Bool>(false)
     /// What the leader polls, and the timers that ride on its wake-ups.
     private let reactor: any PollTarget
     private let timers: TimerEngine
@@ -154,6 +160,8 @@ final class WorkerPool: Sendable {
     /// a worker just waits).
     static func blocking<T>(_ body: () -> T) -> T {
         let thread = ThreadState.current
+        // What the thread may wait for can be a deferred source's next delivery.
+        thread.completeDeferredChecks()
         guard let pool = thread.workerPool, let qosClass = thread.workerClass else { return body() }
         return pool.blocking(qosClass, body)
     }
@@ -350,6 +358,11 @@ final class WorkerPool: Sendable {
             totalThreads.subtract(1, ordering: .relaxed)
         }
         let mayPoll = WorkerPool.pollingClasses.contains(pool.qosClass)
+        // Read deliveries on this worker leave their level checks to one poll (see
+        // `DeferredLevelChecks`): completed before a job that is not a delivery, before a
+        // wait in a Lull primitive, at the end of an inline batch, when the class queue is
+        // empty after a job, and before the worker polls, spins, parks or retires.
+        thread.deferredChecks = worker.activity.deferredChecks
         var backFromPoll = false
         while true {
             var cascade = Helper.none
@@ -417,11 +430,14 @@ final class WorkerPool: Sendable {
             case .job(let job):
                 runTimed(job, thread: thread, pool: pool, activity: worker.activity)
             case .poll:
+                thread.completeDeferredChecks()
                 poll(worker: worker, thread: thread)
                 backFromPoll = true
             case .retire:
+                thread.completeDeferredChecks()
                 return
             case .spin:
+                thread.completeDeferredChecks()
                 // The stall check is taken back only by a worker that parks: a spinner that
                 // finds the next job would see its class saturated again at once, and an
                 // arm and a cancel per hand-off cost a timer update each.
@@ -429,10 +445,12 @@ final class WorkerPool: Sendable {
                 case .job(let job): runTimed(job, thread: thread, pool: pool, activity: worker.activity)
                 case .lookAgain: continue
                 case .idle:
+                    thread.completeDeferredChecks()
                     cancelStallCheckIfNothingWaits()
                     if !parkUntilClaimed(worker, pool: pool) { return }
                 }
             case .park:
+                thread.completeDeferredChecks()
                 cancelStallCheckIfNothingWaits()
                 if !parkUntilClaimed(worker, pool: pool) { return }
             }
@@ -485,18 +503,33 @@ final class WorkerPool: Sendable {
     private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
-        while let job = batch.popFirst() {
-            activity.enterJob()
-            JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
-            activity.leaveJob()
-            guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
-                  SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
-            let helper = pool.state.locked { state -> Helper in
-                while let job = batch.popFirst() { state.pushJob(job, pool) }
-                return recruit(&state)
+        while true {
+            while let job = batch.popFirst() {
+                activity.enterJob()
+                JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+                activity.leaveJob()
+                guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                      SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
+                let helper = pool.state.locked { state -> Helper in
+                    while let job = batch.popFirst() { state.pushJob(job, pool) }
+                    return recruit(&state)
+                }
+                start(helper, in: pool)
+                if reactor.needsPoller { ensurePoller() }
             }
-            start(helper, in: pool)
-            if reactor.needsPoller { ensurePoller() }
+            // The batch's end: the checks. A source with bytes left (often the peer's next
+            // message, arrived since its handler ran) is delivered again in this batch, as
+            // the wake-up's own work, instead of on another worker; the batch ends when the
+            // checks find nothing. Once it has run long, the deliveries the checks cause go
+            // to the class queue instead, and the thread goes back to the reactor.
+            guard activity.deferredChecks.mayHoldChecks else { return }
+            let extends = SystemClock.monotonicNanoseconds() &- started <= longInlineNanoseconds
+            if extends { thread.pollingClass = pool.qosClass }
+            activity.deferredChecks.completeAll()
+            guard extends else { return }
+            thread.pollingClass = nil
+            swap(&batch, &thread.inlineBatch)
+            if batch.isEmpty { return }
         }
     }
 
@@ -510,6 +543,8 @@ final class WorkerPool: Sendable {
         JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
         activity.leaveJob()
         thread.runsLoopJob = false
+        // No job queued behind it for the deferred checks to wait with: completed now.
+        if pool.queuedJobs.load(ordering: .relaxed) == 0 { thread.completeDeferredChecks() }
         let duration = SystemClock.coarseMonotonicNanoseconds() &- start
         if duration > longInlineNanoseconds && pool.queuedJobs.load(ordering: .relaxed) > 0 {
             let helper = pool.state.locked { state in state.jobs.isEmpty ? .none : recruit(&state) }
@@ -653,13 +688,14 @@ final class Worker: Sendable {
     /// Names this worker in `WorkerPool.pollerSlot`; unique for the process's lifetime.
     let token: UInt64
     /// Which job the worker is in, for the stall check.
-    let activity = WorkerActivity()
+    let activity: WorkerActivity
 
     private static let lastToken = Atomic<UInt64>(0)
 
     init(pool: ClassPool, owner: WorkerPool) {
         self.pool = pool
         self.owner = owner
+        activity = WorkerActivity(deferredCheckHolders: owner.deferredCheckHolders)
         token = Worker.lastToken.add(1, ordering: .relaxed).newValue
     }
 }
