@@ -163,6 +163,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
         case cancellation
     }
 
+    /// Set in `postedStep` beside a delivery posted on the global queue for the serial target
+    /// it claimed: the job runs inside the target (`deliverEnteringTarget`).
+    private static let entersTargetBit: UInt8 = 0x80
+
     /// "<kind> on '<target label>'": how messages name the source (built only when needed).
     var name: String { "\(kindName) on '\(target.label)'" }
     var kindName: String { String(describing: sourceType) }
@@ -579,8 +583,14 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 assert(!entry.isScheduled, "\(name): cancel step posted while the timer is in the engine")
             }
             #endif
-            postedStep.store(step.rawValue, ordering: .releasing)
-            if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
+            // A delivery the poller decides for an idle serial target claims the queue and
+            // joins the poller's inline batch through the global queue under it, to run
+            // inside the claimed queue with no drain around it (`WorkQueue.runClaimed`).
+            let entry = step == .delivery ? target.claimForInlineJob(qos: qos) : nil
+            postedStep.store(entry == nil ? step.rawValue : step.rawValue | Self.entersTargetBit, ordering: .releasing)
+            if let entry {
+                entry.target.enqueue(Job(work: .posted(self), qos: entry.qos, flags: .enforceQoS, context: .empty, group: nil))
+            } else if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
                 CancellationIntake.intake(for: rootClass).post(self)
             } else {
                 target.enqueue(Job(work: .posted(self), qos: qos, flags: [], context: .empty, group: nil))
@@ -629,7 +639,8 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// The job `scheduleNext` posted, on the target queue (or a drain of the
     /// `CancellationIntake`); then the next decision.
     func runPostedStep() {
-        guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
+        let posted = postedStep.exchange(0, ordering: .acquiring)
+        guard let step = Step(rawValue: posted & ~Self.entersTargetBit) else {
             lullFatal("\(name): a job ran with no step posted")
         }
         // One job at a time: only the holder of `scheduled` posts, and it keeps it until the
@@ -646,7 +657,11 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
-            deliver()
+            if posted & Self.entersTargetBit == 0 {
+                deliver()
+            } else if !deliverEnteringTarget() {
+                return  // queued on the target after all: that job runs the delivery
+            }
         case .cancellation:
             // The last step there is: the source keeps `scheduled` for good, so that
             // nothing decides or posts again.
@@ -669,6 +684,17 @@ class SourceCore: PostedWork, @unchecked Sendable {
         delivered.store(value, ordering: .releasing)
         handler.run(thread: ThreadState.current)
         if !isCancelled { kind.handlerReturned(self) }
+    }
+
+    /// A delivery posted on the global queue for the serial target it claimed (see `post`):
+    /// runs inside the target. When the target was suspended since, the delivery waits in it
+    /// as a job of the queue (still holding the token) and this returns false.
+    private func deliverEnteringTarget() -> Bool {
+        let thread = ThreadState.current
+        return target.runClaimed(thread: thread, job: {
+            postedStep.store(Step.delivery.rawValue, ordering: .releasing)
+            return Job(work: .posted(self), qos: thread.ownQoS, flags: [], context: .empty, group: nil)
+        }, { deliver() })
     }
 
     /// A delivery to the `events` loop, on the thread that decided it (see `post`): as
