@@ -68,13 +68,17 @@ extension LullSuite {
             var queue: WorkQueue? { storage.locked { $0 } }
         }
 
+        // The poller claims only for a queue of the class it polls for, one of the three
+        // polling classes: each test has a queue of each and sends bytes through them in turn
+        // until a delivery took the claim.
+
         @Test func aPollersDeliveryOnAnIdleSerialQueueRunsInsideIt() throws {
             let key = SpecificKey<Int>()
             let outside = Counter()
             let claims = Counter()
             defer { Self.stopWatching() }
             var made: [(WorkQueue, PipeSource)] = []
-            for qos in [QoS.default, .userInitiated] {
+            for qos in [QoS.default, .userInitiated, .userInteractive] {
                 let queue = WorkQueue(label: "direct.inside.\(qos.qosClass)", qos: qos)
                 queue.setSpecific(key: key, value: 7)
                 let source = try PipeSource(queue: queue) {
@@ -104,7 +108,7 @@ extension LullSuite {
         @Test func aBlockQueuedAfterTheClaimRunsAfterTheDelivery() throws {
             #if DEBUG
             let order = Recorder<String>()
-            let queues = [QoS.default, .userInitiated].map { WorkQueue(label: "direct.order.\($0.qosClass)", qos: $0) }
+            let queues = [QoS.default, .userInitiated, .userInteractive].map { WorkQueue(label: "direct.order.\($0.qosClass)", qos: $0) }
             let first = FirstClaim()
             DirectEntryTestHooks.beforeClaimedJob.locked { hook in
                 hook = { claimed in
@@ -133,7 +137,7 @@ extension LullSuite {
         /// until it is resumed; then it runs, once.
         @Test func aQueueSuspendedAfterTheClaimHoldsTheDelivery() throws {
             #if DEBUG
-            let queues = [QoS.default, .userInitiated].map { WorkQueue(label: "direct.suspend.\($0.qosClass)", qos: $0) }
+            let queues = [QoS.default, .userInitiated, .userInteractive].map { WorkQueue(label: "direct.suspend.\($0.qosClass)", qos: $0) }
             let suspended = FirstClaim()
             DirectEntryTestHooks.beforeClaimedJob.locked { hook in
                 hook = { claimed in
@@ -172,7 +176,7 @@ extension LullSuite {
         /// Deliveries that the poller runs inside their claimed queue and blocks that another
         /// thread keeps queueing on it never run at once, and every byte is delivered.
         @Test func claimedDeliveriesNeverRunBesideTheQueuesBlocks() throws {
-            let queues = [QoS.default, .userInitiated].map { WorkQueue(label: "direct.exclusive.\($0.qosClass)", qos: $0) }
+            let queues = [QoS.default, .userInitiated, .userInteractive].map { WorkQueue(label: "direct.exclusive.\($0.qosClass)", qos: $0) }
             let overlaps = queues.map { _ in OverlapTracker() }
             let sources = try queues.indices.map { index in
                 try PipeSource(queue: queues[index]) {

@@ -584,13 +584,15 @@ class SourceCore: PostedWork, @unchecked Sendable {
             }
             #endif
             // A delivery the poller decides for an idle serial target claims the queue and
-            // joins the poller's inline batch through the global queue under it, to run
-            // inside the claimed queue with no drain around it (`WorkQueue.runClaimed`).
-            let entry = step == .delivery ? target.claimForInlineJob(qos: qos) : nil
-            postedStep.store(entry == nil ? step.rawValue : step.rawValue | Self.entersTargetBit, ordering: .releasing)
-            if let entry {
-                entry.target.enqueue(Job(work: .posted(self), qos: entry.qos, flags: .enforceQoS, context: .empty, group: nil))
-            } else if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
+            // joins the poller's inline batch, to run inside the claimed queue with no drain
+            // around it (`WorkQueue.runClaimed`). The batch runs after this poll: the step
+            // stored now is the one its job reads.
+            if step == .delivery, target.kind == .serial {
+                postedStep.store(step.rawValue | Self.entersTargetBit, ordering: .releasing)
+                if target.claimForInlineJob(qos: qos, work: self) { return true }
+            }
+            postedStep.store(step.rawValue, ordering: .releasing)
+            if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
                 CancellationIntake.intake(for: rootClass).post(self)
             } else {
                 target.enqueue(Job(work: .posted(self), qos: qos, flags: [], context: .empty, group: nil))

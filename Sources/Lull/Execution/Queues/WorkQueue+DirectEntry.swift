@@ -12,30 +12,37 @@ import Synchronization
 /// meanwhile. Blocks queued after the claim wait behind the delivery, as they would behind
 /// its job in the queue; a `sync` waits for it.
 extension WorkQueue {
-    /// On the poller, for a source's delivery at `qos`: claims this serial queue for the job
-    /// when the job would join the poller's inline batch (its class is the one the thread
-    /// polls for), the queue sits right on a global queue that resolves the job's QoS as the
-    /// queue does (`entersDirectlyFrom`), and the queue is idle (nothing waiting or running,
-    /// not paused). Returns that global queue, where the caller posts the job, and the job's
-    /// QoS resolved with the queue's floor (posted with `.enforceQoS`, which the global queue
-    /// then keeps); nil: the job goes into this queue.
+    /// On the poller, for a source's delivery at `qos` whose work is `work`: claims this
+    /// serial queue for the job and puts the job in the poller's inline batch, when the job
+    /// would go there from the global queue under this one (its class is the one the thread
+    /// polls for, in the pool that queue feeds), that global queue keeps the QoS the queue's
+    /// floor resolves (`entersDirectlyFrom`), and the queue is idle (nothing waiting or
+    /// running, not paused). The job is the one that global queue would put in the batch:
+    /// its QoS resolved with the queue's floor (and `.enforceQoS`, which the global queue
+    /// keeps), on that global queue (`globalClass`). False: nothing was claimed, and the job
+    /// goes into this queue.
     ///
     /// The claim owns the queue with the poller as its owner (raised by more important
     /// blocks that arrive meanwhile), retained until the job runs (`runClaimed`): the batch
     /// may hand the job to another worker, and the poller may retire before it runs.
-    func claimForInlineJob(qos: QoS) -> (target: WorkQueue, qos: QoS)? {
-        guard kind == .serial else { return nil }
-        return ThreadState.withCurrent { thread -> (target: WorkQueue, qos: QoS)? in
-            guard let polling = thread.pollingClass else { return nil }
-            return state.locked { state -> (target: WorkQueue, qos: QoS)? in
+    func claimForInlineJob(qos: QoS, work: PostedWork) -> Bool {
+        guard kind == .serial else { return false }
+        return ThreadState.withCurrent { thread -> Bool in
+            guard let polling = thread.pollingClass, let pool = thread.workerPool else { return false }
+            let claimed = state.locked { state -> (QoS, QoS.QoSClass)? in
                 guard !state.isPaused, !state.isOwned, !state.hasWaiting(self),
-                      let target = state.target, state.entersDirectlyFrom(target) else { return nil }
+                      let target = state.target, state.entersDirectlyFrom(target),
+                      case .root(let rootClass) = target.kind, target.rootExecutor === pool else { return nil }
                 let resolved = QoSResolution.effective(qos, flags: [], floor: state.floor)
                 guard resolved.qosClass == polling else { return nil }
                 state.isOwned = true
                 state.setOwner(thread.priorityReference.retain(), level: resolved.qosClass)
-                return (target, resolved)
+                return (resolved, rootClass)
             }
+            guard let (resolved, rootClass) = claimed else { return false }
+            thread.inlineBatch.append(Job(work: .posted(work), qos: resolved, flags: .enforceQoS,
+                                          globalClass: rootClass, context: .empty, group: nil))
+            return true
         }
     }
 
