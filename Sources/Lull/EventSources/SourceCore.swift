@@ -659,11 +659,14 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
+            let before = changes.load(ordering: .sequentiallyConsistent)
             if posted & Self.entersTargetBit == 0 {
                 deliver()
             } else if !deliverEnteringTarget() {
                 return  // queued on the target after all: that job runs the delivery
             }
+            givePostedDeliveryBack(changesBefore: before)
+            return
         case .cancellation:
             // The last step there is: the source keeps `scheduled` for good, so that
             // nothing decides or posts again.
@@ -672,6 +675,25 @@ class SourceCore: PostedWork, @unchecked Sendable {
         }
         scheduled.store(false, ordering: .releasing)
         scheduleNext()
+    }
+
+    /// The token's give-back after a delivery job, deciding again only when it may find
+    /// something to do: when the count of changes moved since the job began (`before`, read
+    /// before the delivery took the merged value), or the source was cancelled.
+    ///
+    /// Otherwise the next decision would find nothing: what merged before `before` is what
+    /// the delivery took (the load that read `before` acquires each merge's counted change,
+    /// so the exchange after it sees its value); the registration handler was decided before
+    /// any delivery; suspension, resumption and handlers decide nothing without something
+    /// pending; and a cancel shows in `isCancelled`. A change counted after `before` moves
+    /// the count: either this thread reads it moved and decides, or the change reads the
+    /// token given back and decides itself (both sides store, then load, sequentially
+    /// consistent, as in `post`). A delivery whose level check re-signals counts a change,
+    /// and decides. So a delivery that leaves nothing behind gives the token back without
+    /// the lock.
+    private func givePostedDeliveryBack(changesBefore before: UInt32) {
+        scheduled.store(false, ordering: .sequentiallyConsistent)
+        if isCancelled || changes.load(ordering: .sequentiallyConsistent) != before { scheduleNext() }
     }
 
     /// One delivery: take the merged value, run the handler.
