@@ -163,6 +163,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
         case cancellation
     }
 
+    /// Set in `postedStep` beside a delivery posted on the global queue for the serial target
+    /// it claimed: the job runs inside the target (`deliverEnteringTarget`).
+    private static let entersTargetBit: UInt8 = 0x80
+
     /// "<kind> on '<target label>'": how messages name the source (built only when needed).
     var name: String { "\(kindName) on '\(target.label)'" }
     var kindName: String { String(describing: sourceType) }
@@ -579,6 +583,14 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 assert(!entry.isScheduled, "\(name): cancel step posted while the timer is in the engine")
             }
             #endif
+            // A delivery the poller decides for an idle serial target claims the queue and
+            // joins the poller's inline batch, to run inside the claimed queue with no drain
+            // around it (`WorkQueue.runClaimed`). The batch runs after this poll: the step
+            // stored now is the one its job reads.
+            if step == .delivery, target.kind == .serial {
+                postedStep.store(step.rawValue | Self.entersTargetBit, ordering: .releasing)
+                if target.claimForInlineJob(qos: qos, work: self) { return true }
+            }
             postedStep.store(step.rawValue, ordering: .releasing)
             if step == .cancellation, qos.isUnspecified, case .root(let rootClass) = target.kind {
                 CancellationIntake.intake(for: rootClass).post(self)
@@ -627,13 +639,14 @@ class SourceCore: PostedWork, @unchecked Sendable {
     }
 
     override var isSourceDelivery: Bool {
-        postedStep.load(ordering: .acquiring) == Step.delivery.rawValue
+        postedStep.load(ordering: .acquiring) & ~Self.entersTargetBit == Step.delivery.rawValue
     }
 
     /// The job `scheduleNext` posted, on the target queue (or a drain of the
     /// `CancellationIntake`); then the next decision.
     func runPostedStep() {
-        guard let step = Step(rawValue: postedStep.exchange(0, ordering: .acquiring)) else {
+        let posted = postedStep.exchange(0, ordering: .acquiring)
+        guard let step = Step(rawValue: posted & ~Self.entersTargetBit) else {
             lullFatal("\(name): a job ran with no step posted")
         }
         // One job at a time: only the holder of `scheduled` posts, and it keeps it until the
@@ -650,9 +663,20 @@ class SourceCore: PostedWork, @unchecked Sendable {
                 handler.run(thread: ThreadState.current)
             }
         case .delivery:
+            let before = changes.load(ordering: .sequentiallyConsistent)
+            let deferred: Bool
+            if posted & Self.entersTargetBit == 0 {
+                deferred = deliver()
+            } else if let ranInside = deliverEnteringTarget() {
+                deferred = ranInside
+            } else {
+                return  // queued on the target after all: that job runs the delivery
+            }
             // A deferred level check keeps the token until it completes (it gives it back
             // and decides the next step, `completeDeferredCheck`).
-            if deliver() { return }
+            if deferred { return }
+            givePostedDeliveryBack(changesBefore: before)
+            return
         case .cancellation:
             // The last step there is: the source keeps `scheduled` for good, so that
             // nothing decides or posts again.
@@ -661,6 +685,25 @@ class SourceCore: PostedWork, @unchecked Sendable {
         }
         scheduled.store(false, ordering: .releasing)
         scheduleNext()
+    }
+
+    /// The token's give-back after a delivery job, deciding again only when it may find
+    /// something to do: when the count of changes moved since the job began (`before`, read
+    /// before the delivery took the merged value), or the source was cancelled.
+    ///
+    /// Otherwise the next decision would find nothing: what merged before `before` is what
+    /// the delivery took (the load that read `before` acquires each merge's counted change,
+    /// so the exchange after it sees its value); the registration handler was decided before
+    /// any delivery; suspension, resumption and handlers decide nothing without something
+    /// pending; and a cancel shows in `isCancelled`. A change counted after `before` moves
+    /// the count: either this thread reads it moved and decides, or the change reads the
+    /// token given back and decides itself (both sides store, then load, sequentially
+    /// consistent, as in `post`). A delivery whose level check re-signals counts a change,
+    /// and decides. So a delivery that leaves nothing behind gives the token back without
+    /// the lock.
+    private func givePostedDeliveryBack(changesBefore before: UInt32) {
+        scheduled.store(false, ordering: .sequentiallyConsistent)
+        if isCancelled || changes.load(ordering: .sequentiallyConsistent) != before { scheduleNext() }
     }
 
     /// One delivery: take the merged value, run the handler. True when the kind's level
@@ -684,6 +727,20 @@ class SourceCore: PostedWork, @unchecked Sendable {
         }
         kind.handlerReturned(self)
         return false
+    }
+
+    /// A delivery posted on the global queue for the serial target it claimed (see `post`):
+    /// runs inside the target, and returns what `deliver()` returned (true: its level check
+    /// was deferred). When the target was suspended since, the delivery waits in it as a job
+    /// of the queue (still holding the token) and this returns nil.
+    private func deliverEnteringTarget() -> Bool? {
+        let thread = ThreadState.current
+        var deferred = false
+        let ran = target.runClaimed(thread: thread, job: {
+            postedStep.store(Step.delivery.rawValue, ordering: .releasing)
+            return Job(work: .posted(self), qos: thread.ownQoS, flags: [], context: .empty, group: nil)
+        }, { deferred = deliver() })
+        return ran ? deferred : nil
     }
 
     /// A delivery to the `events` loop, on the thread that decided it (see `post`): as

@@ -506,7 +506,7 @@ final class WorkerPool: Sendable {
         while true {
             while let job = batch.popFirst() {
                 activity.enterJob()
-                JobRunner.run(job, floor: .unspecified, drainQoS: nil, thread: thread)
+                JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
                 guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                       SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
