@@ -711,6 +711,10 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// the token stays held until it completes.
     private func deliver() -> Bool {
         guard !isCancelled else { return false }
+        // Suspended after this delivery was decided (by a block ahead of its job on the
+        // queue, say): nothing runs while suspended (invariant 5 of docs/SourceLifecycle.md).
+        // The merged events stay; the resume decides again.
+        guard changes.load(ordering: .acquiring) & Self.suspendedBit == 0 else { return false }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
         guard merged != 0 else { return false }
         let kind = self.kind

@@ -158,19 +158,24 @@ final class WorkerPool: Sendable {
     /// Runs `body`, a wait, with the calling worker counted as blocked rather than running in
     /// its pool, so that its class may start another thread meanwhile (a thread that is not
     /// a worker just waits).
+    ///
+    /// What the thread waits for may be a deferred source's next delivery, or a job of the
+    /// inline batch it runs, behind the waiting one (a handler waiting on a semaphore that a
+    /// handler of the same wake-up signals): the checks complete, and the batch's other jobs
+    /// go to the class queue, where the thread started for the wait takes them.
     static func blocking<T>(_ body: () -> T) -> T {
         let thread = ThreadState.current
-        // What the thread may wait for can be a deferred source's next delivery.
         thread.completeDeferredChecks()
         guard let pool = thread.workerPool, let qosClass = thread.workerClass else { return body() }
-        return pool.blocking(qosClass, body)
+        return pool.blocking(qosClass, thread: thread, body)
     }
 
-    private func blocking<T>(_ qosClass: QoS.QoSClass, _ body: () -> T) -> T {
+    private func blocking<T>(_ qosClass: QoS.QoSClass, thread: ThreadState, _ body: () -> T) -> T {
         let pool = classes[qosClass.poolIndex]
         let helper = pool.state.locked { state -> Helper in
             state.running -= 1
             state.blocked += 1
+            while let job = thread.runningInlineBatch.popFirst() { state.pushJob(job, pool) }
             return state.jobs.isEmpty ? .none : recruit(&state)
         }
         start(helper, in: pool)
@@ -479,13 +484,9 @@ final class WorkerPool: Sendable {
         pollerThreadID.store(0, ordering: .releasing)
         thread.pollingClass = nil
         pollerSlot.release(for: worker.token)
-        var batch = Fifo<Job>()
-        swap(&batch, &thread.inlineBatch)
         pool.state.locked { $0.running += 1 }
-        runInline(&batch, thread: thread, pool: pool, activity: worker.activity)
-        // The buffer goes back for the next poll: a wake-up's batch allocates nothing.
-        assert(batch.isEmpty, "Lull: a job of the inline batch was left behind")
-        if thread.inlineBatch.capacity == 0 { swap(&batch, &thread.inlineBatch) }
+        runInline(thread: thread, pool: pool, activity: worker.activity)
+        assert(thread.runningInlineBatch.isEmpty, "Lull: a job of the inline batch was left behind")
     }
 
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
@@ -500,18 +501,22 @@ final class WorkerPool: Sendable {
     /// thread's CPU clock (read once per batch of several jobs, and again only once the wall
     /// clock says so): a batch that was merely preempted on a busy machine is no reason to
     /// wake another thread.
-    private func runInline(_ batch: inout Fifo<Job>, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
-        let cpuAtStart = batch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
+    ///
+    /// The batch is `thread.runningInlineBatch`, where a job that waits in one of Lull's
+    /// waits finds the jobs behind it and hands them to the class queue (`blocking`).
+    private func runInline(thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
+        thread.startInlineBatch()
+        let cpuAtStart = thread.runningInlineBatch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
         while true {
-            while let job = batch.popFirst() {
+            while let job = thread.runningInlineBatch.popFirst() {
                 activity.enterJob()
                 JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
-                guard !batch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                guard !thread.runningInlineBatch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                       SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
                 let helper = pool.state.locked { state -> Helper in
-                    while let job = batch.popFirst() { state.pushJob(job, pool) }
+                    while let job = thread.runningInlineBatch.popFirst() { state.pushJob(job, pool) }
                     return recruit(&state)
                 }
                 start(helper, in: pool)
@@ -528,8 +533,8 @@ final class WorkerPool: Sendable {
             activity.deferredChecks.completeAll()
             guard extends else { return }
             thread.pollingClass = nil
-            swap(&batch, &thread.inlineBatch)
-            if batch.isEmpty { return }
+            thread.startInlineBatch()
+            if thread.runningInlineBatch.isEmpty { return }
         }
     }
 
