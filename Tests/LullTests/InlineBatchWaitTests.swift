@@ -5,8 +5,10 @@ import Testing
 
 extension LullSuite {
     /// One wake-up reports several sources, whose deliveries the poller runs in its inline
-    /// batch: a handler that waits in one of Lull's waits for what a later handler of the
-    /// same batch does must not wait for ever (the batch's other jobs go to the class queue).
+    /// batch: a handler that waits in one of Lull's waits for what a later handler does must
+    /// not wait for ever, whether that handler's job is behind it in the same batch (the
+    /// batch's other jobs go to the class queue) or its event still needs a poll (the
+    /// waiting thread was the last poller: another worker polls).
     @Suite(.serialized) struct InlineBatchWaitTests {
         enum Wait: CaseIterable {
             case semaphore, group
@@ -14,7 +16,7 @@ extension LullSuite {
 
         /// Sources on `count` pipes, each with a byte written before activation, so that one
         /// poll reports them all. The first to run waits for the last to run.
-        func run(_ wait: Wait) throws -> Bool {
+        func run(_ wait: Wait) throws -> (finished: Bool, started: Int, released: Bool) {
             let count = 8
             var pipes: [[Int32]] = []
             defer { for ends in pipes { close(ends[0]); close(ends[1]) } }
@@ -71,14 +73,19 @@ extension LullSuite {
                 source.cancel()
             }
             #expect(cancelled.await { $0 == count })
-            return finished
+            return (finished, started.load(ordering: .relaxed), released.isSet)
         }
 
         @Test(arguments: Wait.allCases)
         func aHandlerWaitingForALaterHandlerOfItsWakeUpIsNotLeftWaiting(_ wait: Wait) throws {
             for attempt in 0..<10 {
-                let finished = try run(wait)
-                #expect(finished, "attempt \(attempt): the first handler still waits for the last")
+                let (finished, started, released) = try run(wait)
+                #if DEBUG
+                let handedOver = PoolTestHooks.inlineJobsHandedOverByWaits.load(ordering: .relaxed)
+                #else
+                let handedOver = -1
+                #endif
+                #expect(finished, "attempt \(attempt): the first handler still waits for the last (\(started) handlers started, the last ran: \(released), jobs handed over so far: \(handedOver))")
                 if !finished { return }
             }
         }

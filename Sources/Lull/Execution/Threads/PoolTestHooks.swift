@@ -24,5 +24,8 @@ enum PoolTestHooks {
         let hook = spinEnds.locked { $0 }
         hook?(worker)
     }
+
+    /// Jobs of inline batches that a wait handed to the class queue (`WorkerPool.blocking`).
+    static let inlineJobsHandedOverByWaits = Atomic<Int>(0)
 }
 #endif

@@ -159,10 +159,12 @@ final class WorkerPool: Sendable {
     /// its pool, so that its class may start another thread meanwhile (a thread that is not
     /// a worker just waits).
     ///
-    /// What the thread waits for may be a deferred source's next delivery, or a job of the
+    /// What the thread waits for may be a deferred source's next delivery, a job of the
     /// inline batch it runs, behind the waiting one (a handler waiting on a semaphore that a
-    /// handler of the same wake-up signals): the checks complete, and the batch's other jobs
-    /// go to the class queue, where the thread started for the wait takes them.
+    /// handler of the same wake-up signals), or the reactor's next event while this thread,
+    /// the last poller, runs its batch: the checks complete, the batch's other jobs go to
+    /// the class queue, where the thread started for the wait takes them, and some worker
+    /// polls.
     static func blocking<T>(_ body: () -> T) -> T {
         let thread = ThreadState.current
         thread.completeDeferredChecks()
@@ -175,10 +177,18 @@ final class WorkerPool: Sendable {
         let helper = pool.state.locked { state -> Helper in
             state.running -= 1
             state.blocked += 1
-            while let job = thread.runningInlineBatch.popFirst() { state.pushJob(job, pool) }
+            while let job = thread.runningInlineBatch.popFirst() {
+                state.pushJob(job, pool)
+                #if DEBUG
+                PoolTestHooks.inlineJobsHandedOverByWaits.add(1, ordering: .relaxed)
+                #endif
+            }
             return state.jobs.isEmpty ? .none : recruit(&state)
         }
         start(helper, in: pool)
+        // This thread may be the last poller, back from its poll with its batch: nobody
+        // polls while it runs the batch, and what it waits for may need the next poll.
+        if reactor.needsPoller && pollerSlot.isVacant { ensurePoller() }
         defer {
             pool.state.locked { state in
                 state.running += 1
