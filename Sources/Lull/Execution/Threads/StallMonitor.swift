@@ -159,11 +159,16 @@ extension WorkerPool {
     /// makes sure the stall check will look, in case that handler blocks in a system call
     /// of its own waiting for what a deferred source's next delivery does. The look takes
     /// the checks of every worker that still holds some (`takeDeferredChecks`).
+    ///
+    /// The look fires on the poller: when nobody polls (this thread was the last poller, back
+    /// from its poll with its batch), another worker is asked to, or a handler of the batch
+    /// that blocks would leave the look, and the deferred source, waiting for ever.
     func watchDeferredChecks() {
         if !lookServesDeferredChecks.load(ordering: .relaxed) {
             lookServesDeferredChecks.store(true, ordering: .relaxed)
         }
         atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if reactor.needsPoller && pollerSlot.isVacant { ensurePoller() }
         if stallMonitor.isArmed { return }
         stallMonitor.arm(after: StallMonitor.interval) { self.checkForStalls() }
     }

@@ -64,7 +64,7 @@ final class WorkerPool: Sendable {
     /// `cancelStallCheckIfNothingWaits`).
     let lookServesDeferredChecks = Atomic<Bool>(false)
     /// What the leader polls, and the timers that ride on its wake-ups.
-    private let reactor: any PollTarget
+    let reactor: any PollTarget
     private let timers: TimerEngine
 
     /// A pool whose leader polls `reactor` and fires `timers` after each wake-up. The
