@@ -8,13 +8,13 @@ extension LullSuite {
     /// blocks in a plain system call for the deferred source's next delivery) is served by the
     /// stall check's look, which only a polling thread fires. When the timer engine is armed
     /// already at or before the look's window (any timer due soon), arming the look requests
-    /// no poller; the poller is the thread that blocks, so nobody polls, and the look never
-    /// comes while the handler blocks.
+    /// no poller, and the poller may be the thread that blocks: the watch asks for a poller
+    /// itself (`WorkerPool.watchDeferredChecks`).
     @Suite struct DeferredLevelCheckPollerTests {
         typealias WatchedTwice = DeferredLevelCheckTests.WatchedTwice
         typealias Roles = DeferredLevelCheckTests.Roles
 
-        @Test(.disabled("known hang: watchDeferredChecks requests no poller when the timer engine is armed earlier; enable with the fix"))
+        @Test
         func aLaterHandlerThatBlocksIsServedWhileATimerIsDueSoon() throws {
             var met = false
             for _ in 0..<5 where !met {

@@ -183,6 +183,11 @@ final class WorkerPool: Sendable {
         return body()
     }
 
+    /// `ensurePoller`, when the reactor has something to poll for.
+    func ensurePollerIfNeeded() {
+        if reactor.needsPoller { ensurePoller() }
+    }
+
     /// Makes sure some worker polls the reactor: claims an idle worker of a polling class or
     /// starts one, naming it in `pollerSlot` (`vacant → requested(worker)`) under the class
     /// lock that takes it off the idle stack, so that the worker sees the request whenever it
