@@ -699,8 +699,9 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// the count: either this thread reads it moved and decides, or the change reads the
     /// token given back and decides itself (both sides store, then load, sequentially
     /// consistent, as in `post`). A delivery whose level check re-signals counts a change,
-    /// and decides. So a delivery that leaves nothing behind gives the token back without
-    /// the lock.
+    /// and decides. A delivery that found the source suspended left what merged pending: the
+    /// resume that ends the suspension counts a change and decides. So a delivery that leaves
+    /// nothing behind gives the token back without the lock.
     private func givePostedDeliveryBack(changesBefore before: UInt32) {
         scheduled.store(false, ordering: .sequentiallyConsistent)
         if isCancelled || changes.load(ordering: .sequentiallyConsistent) != before { scheduleNext() }
@@ -711,9 +712,9 @@ class SourceCore: PostedWork, @unchecked Sendable {
     /// the token stays held until it completes.
     private func deliver() -> Bool {
         guard !isCancelled else { return false }
-        // Suspended after this delivery was decided (by a block ahead of its job on the
-        // queue, say): nothing runs while suspended (invariant 5 of docs/SourceLifecycle.md).
-        // The merged events stay; the resume decides again.
+        // Suspended since the job was posted (by a block queued ahead of it, or another
+        // handler): no handler runs, as Dispatch's source does not start while suspended.
+        // What merged stays pending for the resume, which counts a change and decides.
         guard changes.load(ordering: .acquiring) & Self.suspendedBit == 0 else { return false }
         let merged = pending.exchange(0, ordering: .acquiringAndReleasing)
         guard merged != 0 else { return false }

@@ -168,9 +168,14 @@ extension WorkerPool {
             lookServesDeferredChecks.store(true, ordering: .relaxed)
         }
         atomicMemoryFence(ordering: .sequentiallyConsistent)
-        if reactor.needsPoller && pollerSlot.isVacant { ensurePoller() }
-        if stallMonitor.isArmed { return }
-        stallMonitor.arm(after: StallMonitor.interval) { self.checkForStalls() }
+        if !stallMonitor.isArmed {
+            stallMonitor.arm(after: StallMonitor.interval) { self.checkForStalls() }
+        }
+        // The look fires only on a polling thread, and this worker may be the poller away
+        // running its inline batch, about to block in that handler: the engine asks for a
+        // poller only when it arms an earlier window, which it does not while a timer due
+        // sooner is armed. So a poller is asked for here (one request at a time).
+        ensurePollerIfNeeded()
     }
 
     /// The stall check's look at deferred level checks: completes those of every worker

@@ -64,7 +64,7 @@ final class WorkerPool: Sendable {
     /// `cancelStallCheckIfNothingWaits`).
     let lookServesDeferredChecks = Atomic<Bool>(false)
     /// What the leader polls, and the timers that ride on its wake-ups.
-    let reactor: any PollTarget
+    private let reactor: any PollTarget
     private let timers: TimerEngine
 
     /// A pool whose leader polls `reactor` and fires `timers` after each wake-up. The
@@ -188,7 +188,7 @@ final class WorkerPool: Sendable {
         start(helper, in: pool)
         // This thread may be the last poller, back from its poll with its batch: nobody
         // polls while it runs the batch, and what it waits for may need the next poll.
-        if reactor.needsPoller && pollerSlot.isVacant { ensurePoller() }
+        ensurePollerIfNeeded()
         defer {
             pool.state.locked { state in
                 state.running += 1
@@ -196,6 +196,11 @@ final class WorkerPool: Sendable {
             }
         }
         return body()
+    }
+
+    /// `ensurePoller`, when the reactor has something to poll for.
+    func ensurePollerIfNeeded() {
+        if reactor.needsPoller { ensurePoller() }
     }
 
     /// Makes sure some worker polls the reactor: claims an idle worker of a polling class or
