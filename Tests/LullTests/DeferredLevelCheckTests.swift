@@ -121,10 +121,10 @@ extension LullSuite {
             // when the poller's batch runs both; an attempt in which the first source ran
             // again before the second (the batch split) is made again.
             var met = false
-            for _ in 0..<5 where !met {
+            for _ in 0..<20 where !met {
                 met = try blockingAttempt()
             }
-            #expect(met, "in five attempts, the two sources never ran one after the other on one thread")
+            #expect(met, "in twenty attempts, the two sources never ran one after the other on one thread")
         }
 
         /// One attempt: false when the roles did not come out (the first source ran twice
