@@ -535,7 +535,7 @@ final class WorkerPool: Sendable {
                     return recruit(&state)
                 }
                 start(helper, in: pool)
-                if reactor.needsPoller { ensurePoller() }
+                ensurePollerIfNeeded()
             }
             // The batch's end: the checks. A source with bytes left (often the peer's next
             // message, arrived since its handler ran) is delivered again in this batch, as
