@@ -271,3 +271,132 @@ private enum Thread {
         pthread_detach(thread)
     }
 }
+
+/// The gate's word on its own: what each transition lets through.
+extension IndependentSuite {
+    @Suite struct ForwardGateWordTests {
+        @Test func closedUntilPublishedOpenAndCountsBlocksInAndOut() {
+            let gate = ForwardGate()
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen == nil)
+            }
+            let target = WorkQueue.global()
+            gate.publish(openTo: target)
+            do {
+                let seen = gate.tryEnter()?.takeUnretainedValue()
+                #expect(seen === target)
+            }
+            do {
+                let seen = gate.tryEnter()?.takeUnretainedValue()
+                #expect(seen === target)
+            }
+            do {
+                let seen = gate.forwardedCount
+                #expect(seen == 2)
+            }
+            do {
+                let seen = gate.leave()
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.leave()
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.forwardedCount
+                #expect(seen == 0)
+            }
+            gate.publish(openTo: nil)
+            do {
+                let seen = gate.isOpen
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen == nil)
+            }
+        }
+
+        @Test func theExclusiveCheckClosesTheGateInTheSameStep() {
+            let gate = ForwardGate()
+            gate.publish(openTo: WorkQueue.global())
+            // Nothing runs: the barrier may go, and no block may be counted in after the look.
+            do {
+                let seen = gate.closeForExclusive()
+                #expect(seen)
+            }
+            do {
+                let seen = gate.isOpen
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen == nil)
+            }
+        }
+
+        @Test func theLastBlockOutComesBackForAWaitingBarrier() {
+            let gate = ForwardGate()
+            gate.publish(openTo: WorkQueue.global())
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen != nil)
+            }
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen != nil)
+            }
+            do {
+                let seen = gate.closeForExclusive()
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen == nil)
+            }
+            do {
+                let seen = gate.leave()
+                #expect(!seen)
+            }
+            do {
+                let seen = gate.leave()
+                #expect(seen)
+            }
+            // Reopening clears a barrier's flag: the state that opens has no barrier.
+            gate.publish(openTo: WorkQueue.global())
+            do {
+                let seen = gate.tryEnter()
+                #expect(seen != nil)
+            }
+            do {
+                let seen = gate.leave()
+                #expect(!seen)
+            }
+        }
+
+        @Test func aNewTargetGoesOutWithTheNextOpening() {
+            let gate = ForwardGate()
+            let first = WorkQueue.global(qos: .utility)
+            let second = WorkQueue.global(qos: .userInitiated)
+            gate.publish(openTo: first)
+            do {
+                let seen = gate.tryEnter()?.takeUnretainedValue()
+                #expect(seen === first)
+            }
+            gate.publish(openTo: second)
+            do {
+                let seen = gate.isOpen
+                #expect(seen)
+            }
+            do {
+                let seen = gate.tryEnter()?.takeUnretainedValue()
+                #expect(seen === second)
+            }
+            do {
+                let seen = gate.forwardedCount
+                #expect(seen == 2)
+            }
+        }
+    }
+}
