@@ -272,25 +272,27 @@ extension WorkQueue {
         forwardedBlockFinished()
     }
 
-    /// Counts a forwarded block out (without the queue lock: the producer takes that lock
-    /// for every block, and the consumers would fight it for every block too). The last one
-    /// out comes back for a barrier that waits for it.
+    /// Counts a forwarded block out (without the queue lock, through the forward gate: the
+    /// producer does not take the lock for a forwarded block, and the consumers would fight
+    /// each other for it). The last one out comes back for a barrier that waits for it.
     private func forwardedBlockFinished() {
-        guard forwardedInFlight.subtract(1, ordering: .sequentiallyConsistent).newValue == 0,
-              barrierAwaitsForwarded.exchange(false, ordering: .sequentiallyConsistent) else { return }
+        guard state.forwardGate.leave() else { return }
         WorkQueue.post(state.locked { $0.drainRequestIfNeeded(for: self) })
     }
 
-    /// Under the queue lock, for a barrier about to run: true when no forwarded block runs.
-    /// Otherwise it records that the last forwarded block to finish must come back for the
-    /// barrier. The store and the load here, and the decrement and the exchange in
-    /// `forwardedBlockFinished`, are sequentially consistent: at least one side sees the
-    /// other, so the barrier is never forgotten.
+    /// Under the queue lock, for a barrier (or barrier `sync`) about to run: true when no
+    /// forwarded block runs. Closes the forward gate in the same atomic step as it reads
+    /// the count, so that no block gets past the barrier; when blocks still run, the last
+    /// one out comes back for the barrier (`ForwardGate.closeForExclusive`).
     func forwardedBlocksFinished() -> Bool {
-        if forwardedInFlight.load(ordering: .sequentiallyConsistent) == 0 { return true }
-        barrierAwaitsForwarded.store(true, ordering: .sequentiallyConsistent)
-        return forwardedInFlight.load(ordering: .sequentiallyConsistent) == 0
+        state.forwardGate.closeForExclusive()
     }
+
+    /// Concurrent: blocks may go straight to the global target without the lock now.
+    var forwardGateIsOpen: Bool { state.forwardGate.isOpen }
+
+    /// Concurrent: blocks forwarded to the global target that have not finished.
+    var forwardedBlocks: Int { state.forwardGate.forwardedCount }
 }
 
 /// What a serial drain finds when it looks for more blocks.

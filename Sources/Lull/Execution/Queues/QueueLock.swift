@@ -6,12 +6,16 @@ import Synchronization
 /// system call and waits until the lock is released.
 ///
 /// Each section of a serial queue ends by publishing what its producers may decide without
-/// the lock (`fastPath`, see `QueueState.fastPathWord` and docs/Queues.md).
+/// the lock (`fastPath`, see `QueueState.fastPathWord` and docs/Queues.md); each section of a
+/// concurrent queue, whether its blocks may go straight to its global target
+/// (`forwardGate`).
 final class QueueLock: Sendable {
     private let lock: SpinFutexLock<QueueState>
     /// Serial: the class up to which a block that finds others waiting needs no lock
     /// (rank, high byte) and the queue's floor (rank, low byte).
     let fastPath = Atomic<UInt16>(0)
+    /// Concurrent: the lock-free way of a block to the global target (closed on the others).
+    let forwardGate = ForwardGate()
 
     init(_ state: QueueState) {
         lock = SpinFutexLock(state, rank: .queue)
@@ -19,6 +23,10 @@ final class QueueLock: Sendable {
         if state.usesInbox {
             var initial = state
             fastPath.store(initial.fastPathWord(), ordering: .relaxed)
+        }
+        if state.gatesForwarding {
+            var initial = state
+            forwardGate.publish(openTo: initial.forwardTarget())
         }
     }
 
@@ -57,7 +65,11 @@ final class QueueLock: Sendable {
     /// that drains move through their sections.
     @inline(__always)
     private func releaseApplyingNice() {
-        if lock.guarded.usesInbox { publishFastPath(&lock.guarded) }
+        if lock.guarded.usesInbox {
+            publishFastPath(&lock.guarded)
+        } else if lock.guarded.gatesForwarding {
+            forwardGate.publish(openTo: lock.guarded.forwardTarget())
+        }
         let deferred = lock.guarded.deferredNice.0 == nil ? (nil, nil) : lock.guarded.takeDeferredNice()
         lock.release()
         if deferred.0 != nil { QueueLock.apply(deferred) }

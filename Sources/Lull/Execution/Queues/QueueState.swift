@@ -19,7 +19,7 @@ struct QueueState: Sendable {
     var isOwned = false
     /// Concurrent: blocks taken off `pending` by drains (or `sync` callers) that have not
     /// finished. Blocks forwarded straight to the global target count in the queue's
-    /// `forwardedInFlight` instead.
+    /// forward gate instead (`QueueLock.forwardGate`).
     var inFlight = 0
     /// Concurrent: a barrier block (or barrier `sync`) runs.
     var barrierActive = false
@@ -54,6 +54,9 @@ struct QueueState: Sendable {
     /// Serial: producers append to the queue's `SegmentedInbox` (lock-free) and `pending`
     /// holds only blocks a drain took from it and put back.
     let usesInbox: Bool
+    /// Concurrent: each section ends by opening or closing the queue's forward gate
+    /// (`forwardTarget`).
+    let gatesForwarding: Bool
     /// Serial: work items that waiters raised and that may still be in the inbox (or not
     /// pushed yet): each take runs what is ahead of such an item at its raised class.
     var inboxRaises = InboxRaises()
@@ -62,8 +65,9 @@ struct QueueState: Sendable {
     /// limit, not this number, bounds how many run.
     static let concurrentWidth = 64
 
-    init(target: WorkQueue?, isInactive: Bool, floor: QoS, usesInbox: Bool = false) {
+    init(target: WorkQueue?, isInactive: Bool, floor: QoS, usesInbox: Bool = false, gatesForwarding: Bool = false) {
         self.usesInbox = usesInbox
+        self.gatesForwarding = gatesForwarding
         self.target = target
         self.isInactive = isInactive
         self.floor = floor
@@ -91,6 +95,16 @@ struct QueueState: Sendable {
         }
         let floorRank = floor.isUnspecified ? 0 : floor.qosClass.rank
         return UInt16(ceiling.rank) << 8 | UInt16(floorRank)
+    }
+
+    /// Concurrent: the global target a block may go straight to, without the lock, when
+    /// nothing is in its way — not paused, no barrier running, nothing waiting in `pending`
+    /// (a barrier waiting there included) — and nil otherwise: what the section's end
+    /// publishes in the forward gate. `mutating` for the same reason as `fastPathWord`.
+    @inline(__always)
+    mutating func forwardTarget() -> WorkQueue? {
+        guard !isPaused, !barrierActive, pending.isEmpty, let target, target.isGlobal else { return nil }
+        return target
     }
 
     /// A serial queue's block (or a raise of what waits) that arrives through the lock:

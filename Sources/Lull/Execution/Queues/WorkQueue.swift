@@ -54,11 +54,6 @@ public final class WorkQueue: Sendable {
     let state: QueueLock
     /// Mirrors "suspended or inactive" for the check a drain makes between two blocks.
     let pausedCount = Atomic<Int>(0)
-    /// Concurrent: blocks forwarded straight to the global target that have not finished.
-    /// Raised only under the queue lock; lowered without it by the thread that ran the block.
-    let forwardedInFlight = Atomic<Int>(0)
-    /// Concurrent: a barrier waits for the forwarded blocks (see `forwardedBlocksFinished`).
-    let barrierAwaitsForwarded = Atomic<Bool>(false)
     /// Serial: where producers put the queue's jobs, without the lock; the queue's owner
     /// takes them (docs/Queues.md, "The serial queue's inbox"). The other kinds share one
     /// that stays empty (a stored reference that is never nil costs no check, and the
@@ -84,7 +79,8 @@ public final class WorkQueue: Sendable {
         let serial = kind == .serial
         inbox = serial ? SegmentedInbox<Job>() : WorkQueue.unusedInbox
         state = QueueLock(QueueState(target: resolvedTarget, isInactive: inactive,
-                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget), usesInbox: serial))
+                                 floor: WorkQueue.floor(ownQoS: qos, target: resolvedTarget), usesInbox: serial,
+                                 gatesForwarding: kind == .concurrent))
         if inactive { pausedCount.store(1, ordering: .relaxed) }
     }
 
@@ -185,19 +181,25 @@ public final class WorkQueue: Sendable {
             rootExecutor!.submit(job)
         case .concurrent:
             // Nothing in the way (no barrier, no suspension, nothing queued): the block goes
-            // straight to the global target, still counted as running here. The job stays
-            // out of the lock's closure, which would copy it.
+            // straight to the global target, still counted as running here — through the
+            // forward gate without the lock, or through the lock when the gate was closed as
+            // the producer looked. The job stays out of the lock's closure, which would copy it.
             let isBarrier = job.isBarrier
-            let forwardTo = state.locked { state -> (target: WorkQueue, floor: QoS)? in
-                guard state.pending.isEmpty, !state.isPaused, !state.barrierActive, !isBarrier,
-                      let target = state.target, target.isGlobal else { return nil }
-                forwardedInFlight.add(1, ordering: .relaxed)
-                return (target, state.floor)
+            var forwardTo = isBarrier ? nil : state.forwardGate.tryEnter()
+            if forwardTo == nil {
+                forwardTo = state.locked { state -> Unmanaged<WorkQueue>? in
+                    guard !isBarrier, let target = state.forwardTarget() else { return nil }
+                    self.state.forwardGate.enterLocked()
+                    return Unmanaged.passUnretained(target)
+                }
             }
             if let forwardTo {
-                job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: forwardTo.floor)
+                // Unretained (see `ForwardGate.tryEnter`): global queues live for good.
+                unowned(unsafe) let target = forwardTo.takeUnretainedValue()
+                // The floor a global target gives (rule 1): what `state.floor` holds for it.
+                job.qos = QoSResolution.effective(job.qos, flags: job.flags, floor: WorkQueue.floor(ownQoS: qos, target: target))
                 job.owner = self
-                forwardTo.target.enqueue(job)
+                target.enqueue(job)
                 return
             }
             let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
