@@ -39,10 +39,11 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
-    /// The jobs of the inline batch this worker runs, not yet started. A job that waits in
-    /// one of Lull's waits hands them to its class queue first (`WorkerPool.blocking`): what
-    /// it waits for may be one of them.
-    @exclusivity(unchecked) var runningInlineBatch = Fifo<Job>()
+    /// The jobs of the inline batch this worker runs, not yet started (nil on threads that
+    /// are not workers). A job that waits in one of Lull's waits hands them to its class
+    /// queue first (`WorkerPool.blocking`): what it waits for may be one of them; the poll
+    /// watch hands them over from its own thread when the job is stuck (`PollWatch`).
+    @exclusivity(unchecked) var runningInlineBatch: InlineBatch?
     /// Set on a worker: where read deliveries leave their level checks (see
     /// `DeferredLevelChecks`); nil on other threads, where each check is made at once.
     @exclusivity(unchecked) var deferredChecks: DeferredLevelChecks?
@@ -74,9 +75,10 @@ final class ThreadState {
 
     /// The batch the last poll produced (`inlineBatch`) becomes the one to run, and the
     /// finished one's buffer goes back for the next poll: a wake-up's batch allocates nothing.
-    func startInlineBatch() {
-        assert(runningInlineBatch.isEmpty, "Lull: an inline batch starts before the last one ended")
-        swap(&runningInlineBatch, &inlineBatch)
+    /// Returns how many jobs the batch has (only a worker has a batch to run).
+    func startInlineBatch() -> Int {
+        guard let runningInlineBatch else { return 0 }
+        return runningInlineBatch.start(from: &inlineBatch)
     }
 
     /// Completes the level checks this thread deferred, if any: before it runs anything but
