@@ -34,16 +34,17 @@ final class InlineBatch: Sendable {
         }
     }
 
-    /// The owner's next job, and whether more are left behind it; nil once the batch is
-    /// empty (run out, or handed over).
+    /// The owner's next job, moved out (nil once the batch is empty: run out, or handed
+    /// over); `more` tells whether jobs are left behind it.
     @inline(__always)
-    func next() -> (job: Job, more: Bool)? {
+    func next(more: inout Bool) -> Job? {
         #if DEBUG
         PoolTestHooks.runOwnerTakesNextJob(self)
         #endif
-        return jobs.locked { jobs -> (job: Job, more: Bool)? in
-            guard let job = jobs.popFirst() else { return nil }
-            return (job, !jobs.isEmpty)
+        return jobs.locked { jobs -> Job? in
+            let job = jobs.popFirst()
+            more = !jobs.isEmpty
+            return job
         }
     }
 

@@ -524,11 +524,12 @@ final class WorkerPool: Sendable {
         let cpuAtStart = count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
         while true {
-            while let next = batch.next() {
+            var more = false
+            while let job = batch.next(more: &more) {
                 activity.enterJob()
-                JobRunner.run(next.job, floor: .unspecified, drainQoS: nil, thread: thread)
+                JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
-                guard next.more, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                guard more, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                       SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
                 handOverInlineBatch(batch, in: pool, for: .longBatch)
             }
