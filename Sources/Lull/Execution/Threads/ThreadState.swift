@@ -73,14 +73,6 @@ final class ThreadState {
         priorityReference = Unmanaged.passUnretained(priority)
     }
 
-    /// The batch the last poll produced (`inlineBatch`) becomes the one to run, and the
-    /// finished one's buffer goes back for the next poll: a wake-up's batch allocates nothing.
-    /// Returns how many jobs the batch has (only a worker has a batch to run).
-    func startInlineBatch() -> Int {
-        guard let runningInlineBatch else { return 0 }
-        return runningInlineBatch.start(from: &inlineBatch)
-    }
-
     /// Completes the level checks this thread deferred, if any: before it runs anything but
     /// a read delivery, and before it waits.
     @inline(__always)

@@ -519,19 +519,25 @@ final class WorkerPool: Sendable {
     /// before a batch with jobs.
     private func runInline(thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         guard let batch = thread.runningInlineBatch else { return }
-        let count = thread.startInlineBatch()
+        var job: Job? = nil
+        let count = batch.start(from: &thread.inlineBatch, first: &job)
         if count > 0 { pollWatch.batchStarted() }
         let cpuAtStart = count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
+        // Jobs were left behind the one taken (one lock per job, none after the last).
+        var more = count > 1
         while true {
-            var more = false
-            while let job = batch.next(more: &more) {
+            while let current = job.take() {
                 activity.enterJob()
-                JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
+                JobRunner.run(consume current, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
-                guard more, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
-                      SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
-                handOverInlineBatch(batch, in: pool, for: .longBatch)
+                guard more else { break }
+                if SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                   SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds {
+                    handOverInlineBatch(batch, in: pool, for: .longBatch)
+                    break
+                }
+                job = batch.next(more: &more)
             }
             // The batch's end: the checks. A source with bytes left (often the peer's next
             // message, arrived since its handler ran) is delivered again in this batch, as
@@ -544,8 +550,10 @@ final class WorkerPool: Sendable {
             activity.deferredChecks.completeAll()
             guard extends else { return }
             thread.pollingClass = nil
-            guard thread.startInlineBatch() > 0 else { return }
+            let added = batch.start(from: &thread.inlineBatch, first: &job)
+            guard added > 0 else { return }
             pollWatch.batchStarted()
+            more = added > 1
         }
     }
 
