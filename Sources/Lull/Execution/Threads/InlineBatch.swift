@@ -7,9 +7,8 @@ import Synchronization
 /// (`PollWatch`). All go through `WorkerPool.handOverInlineBatch`.
 ///
 /// State model (docs/WorkerPool.md, "The poll watch"): the jobs live under a small spin
-/// lock. `start` (the owner, before the batch) moves the wake-up's jobs in and the first one
-/// out; `next` (the owner) moves the next one out; `takeAll` (any thread) moves every one
-/// out at once. Each
+/// lock. `start` (the owner, before the batch) moves the wake-up's jobs in; `next` (the
+/// owner) moves the first one out; `takeAll` (any thread) moves every one out at once. Each
 /// job therefore leaves exactly once, by exactly one of them, and those taken together keep
 /// their order. The owner pays one uncontended lock per job; nobody else takes the lock but
 /// a hand-over and the watch's look at `isEmpty`, at most once per watch tick.
@@ -25,19 +24,13 @@ final class InlineBatch: Sendable {
         self.pool = pool
     }
 
-    /// The owner moves the wake-up's jobs (`pending`) in, gets back the finished batch's
-    /// buffer (so that a wake-up's batch allocates nothing), and takes the first job into
-    /// `first`, in the same critical section. Returns how many jobs the batch had.
-    func start(from pending: inout Fifo<Job>, first: inout Job?) -> Int {
-        #if DEBUG
-        PoolTestHooks.runOwnerTakesNextJob(self)
-        #endif
-        return jobs.locked { jobs -> Int in
+    /// The owner moves the wake-up's jobs (`pending`) in and gets back the finished batch's
+    /// buffer, so that a wake-up's batch allocates nothing. Returns how many jobs it has.
+    func start(from pending: inout Fifo<Job>) -> Int {
+        jobs.locked { jobs -> Int in
             assert(jobs.isEmpty, "Lull: an inline batch starts before the last one ended")
             swap(&jobs, &pending)
-            let count = jobs.count
-            first = jobs.popFirst()
-            return count
+            return jobs.count
         }
     }
 

@@ -519,25 +519,21 @@ final class WorkerPool: Sendable {
     /// before a batch with jobs.
     private func runInline(thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         guard let batch = thread.runningInlineBatch else { return }
-        var job: Job? = nil
-        let count = batch.start(from: &thread.inlineBatch, first: &job)
+        var count = batch.start(from: &thread.inlineBatch)
         if count > 0 { pollWatch.batchStarted() }
         let cpuAtStart = count > 1 ? SystemClock.threadCPUNanoseconds() : 0
         let started = SystemClock.monotonicNanoseconds()
-        // Jobs were left behind the one taken (one lock per job, none after the last).
-        var more = count > 1
         while true {
-            while let current = job.take() {
+            // One lock per job; none after a job that had nothing behind it.
+            var more = count > 0
+            while more, let job = batch.next(more: &more) {
                 activity.enterJob()
-                JobRunner.run(consume current, floor: .unspecified, drainQoS: nil, thread: thread)
+                JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
-                guard more else { break }
-                if SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
-                   SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds {
-                    handOverInlineBatch(batch, in: pool, for: .longBatch)
-                    break
-                }
-                job = batch.next(more: &more)
+                guard more, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                      SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
+                handOverInlineBatch(batch, in: pool, for: .longBatch)
+                more = false
             }
             // The batch's end: the checks. A source with bytes left (often the peer's next
             // message, arrived since its handler ran) is delivered again in this batch, as
@@ -550,10 +546,9 @@ final class WorkerPool: Sendable {
             activity.deferredChecks.completeAll()
             guard extends else { return }
             thread.pollingClass = nil
-            let added = batch.start(from: &thread.inlineBatch, first: &job)
-            guard added > 0 else { return }
+            count = batch.start(from: &thread.inlineBatch)
+            guard count > 0 else { return }
             pollWatch.batchStarted()
-            more = added > 1
         }
     }
 
