@@ -43,7 +43,10 @@ final class ThreadState {
     /// are not workers). A job that waits in one of Lull's waits hands them to its class
     /// queue first (`WorkerPool.blocking`): what it waits for may be one of them; the poll
     /// watch hands them over from its own thread when the job is stuck (`PollWatch`).
-    @exclusivity(unchecked) var runningInlineBatch: InlineBatch?
+    /// Unretained: the worker's `WorkerActivity` owns the batch for as long as the thread
+    /// runs the worker loop, the only code that reads this field, and a batch reached per
+    /// wake-up costs no retain and release.
+    @exclusivity(unchecked) var runningInlineBatch: Unmanaged<InlineBatch>?
     /// Set on a worker: where read deliveries leave their level checks (see
     /// `DeferredLevelChecks`); nil on other threads, where each check is made at once.
     @exclusivity(unchecked) var deferredChecks: DeferredLevelChecks?

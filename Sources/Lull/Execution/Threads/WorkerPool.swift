@@ -179,7 +179,7 @@ final class WorkerPool: Sendable {
         // This thread may be the last poller, back from its poll with its batch: nobody
         // polls while it runs the batch, and what it waits for may need the next poll (the
         // hand-over asks for a poller, even with no job left to hand over).
-        handOverInlineBatch(thread.runningInlineBatch, in: pool, for: .wait)
+        handOverInlineBatch(thread.runningInlineBatch?.takeUnretainedValue(), in: pool, for: .wait)
         defer {
             pool.state.locked { state in
                 state.running += 1
@@ -375,7 +375,8 @@ final class WorkerPool: Sendable {
         // wait in a Lull primitive, at the end of an inline batch, when the class queue is
         // empty after a job, and before the worker polls, spins, parks or retires.
         thread.deferredChecks = worker.activity.deferredChecks
-        thread.runningInlineBatch = worker.activity.inlineBatch
+        thread.runningInlineBatch = worker.activity.inlineBatch.map { Unmanaged.passUnretained($0) }
+        defer { thread.runningInlineBatch = nil }
         var backFromPoll = false
         while true {
             var cascade = Helper.none
@@ -496,7 +497,7 @@ final class WorkerPool: Sendable {
         pollerSlot.release(for: worker.token)
         pool.state.locked { $0.running += 1 }
         runInline(thread: thread, pool: pool, activity: worker.activity)
-        assert(thread.runningInlineBatch?.isEmpty ?? true, "Lull: a job of the inline batch was left behind")
+        assert(thread.runningInlineBatch?.takeUnretainedValue().isEmpty ?? true, "Lull: a job of the inline batch was left behind")
     }
 
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
@@ -518,7 +519,13 @@ final class WorkerPool: Sendable {
     /// own or busy on the CPU (`PollWatch`): the poller wakes the watch, if it is parked,
     /// before a batch with jobs.
     private func runInline(thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
-        guard let batch = thread.runningInlineBatch else { return }
+        thread.runningInlineBatch?._withUnsafeGuaranteedRef { batch in
+            runInline(batch, thread: thread, pool: pool, activity: activity)
+        }
+    }
+
+    @inline(__always)
+    private func runInline(_ batch: InlineBatch, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
         var count = batch.start(from: &thread.inlineBatch)
         if count > 0 { pollWatch.batchStarted() }
         let cpuAtStart = count > 1 ? SystemClock.threadCPUNanoseconds() : 0
