@@ -7,8 +7,8 @@ import Synchronization
 /// (`PollWatch`). All go through `WorkerPool.handOverInlineBatch`.
 ///
 /// State model (docs/WorkerPool.md, "The poll watch"): the jobs live under a small spin
-/// lock. `start` (the owner, before the batch) moves the wake-up's jobs in; `next` (the
-/// owner) moves the first one out; `takeAll` (any thread) moves every one out at once. Each
+/// lock. `next` (the owner) moves the wake-up's jobs in when the batch is empty, and the
+/// first one out; `takeAll` (any thread) moves every one out at once. Each
 /// job therefore leaves exactly once, by exactly one of them, and those taken together keep
 /// their order. The owner pays one uncontended lock per job; nobody else takes the lock but
 /// a hand-over and the watch's look at `isEmpty`, at most once per watch tick.
@@ -24,24 +24,19 @@ final class InlineBatch: Sendable {
         self.pool = pool
     }
 
-    /// The owner moves the wake-up's jobs (`pending`) in and gets back the finished batch's
-    /// buffer, so that a wake-up's batch allocates nothing. Returns how many jobs it has.
-    func start(from pending: inout Fifo<Job>) -> Int {
-        jobs.locked { jobs -> Int in
-            assert(jobs.isEmpty, "Lull: an inline batch starts before the last one ended")
-            swap(&jobs, &pending)
-            return jobs.count
-        }
-    }
-
     /// The owner's next job, moved out (nil once the batch is empty: run out, or handed
-    /// over); `more` tells whether jobs are left behind it.
+    /// over); `more` tells whether jobs are left behind it. When the batch is empty, the
+    /// wake-up's jobs (`pending`, filled only while the owner polls or completes its checks)
+    /// are moved in first, and the finished batch's buffer goes back to `pending`, so that a
+    /// wake-up's batch allocates nothing: starting a batch and taking its first job are one
+    /// critical section.
     @inline(__always)
-    func next(more: inout Bool) -> Job? {
+    func next(from pending: inout Fifo<Job>, more: inout Bool) -> Job? {
         #if DEBUG
         PoolTestHooks.runOwnerTakesNextJob(self)
         #endif
         return jobs.locked { jobs -> Job? in
+            if jobs.isEmpty { swap(&jobs, &pending) }
             let job = jobs.popFirst()
             more = !jobs.isEmpty
             return job

@@ -526,14 +526,25 @@ final class WorkerPool: Sendable {
 
     @inline(__always)
     private func runInline(_ batch: InlineBatch, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
-        var count = batch.start(from: &thread.inlineBatch)
-        if count > 0 { pollWatch.batchStarted() }
-        let cpuAtStart = count > 1 ? SystemClock.threadCPUNanoseconds() : 0
-        let started = SystemClock.monotonicNanoseconds()
+        var started: UInt64 = 0
+        var cpuAtStart: UInt64 = 0
+        var first = true
         while true {
-            // One lock per job; none after a job that had nothing behind it.
-            var more = count > 0
-            while more, let job = batch.next(more: &more) {
+            // One lock per job (the first also moves the wake-up's jobs in); none after a
+            // job that had nothing behind it. The watch hears of the batch once its jobs are
+            // in the batch (published), before the first runs.
+            var more = true
+            var announce = true
+            while more, let job = batch.next(from: &thread.inlineBatch, more: &more) {
+                if announce {
+                    announce = false
+                    pollWatch.batchStarted()
+                }
+                if first {
+                    first = false
+                    if more { cpuAtStart = SystemClock.threadCPUNanoseconds() }
+                    started = SystemClock.monotonicNanoseconds()
+                }
                 activity.enterJob()
                 JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
@@ -548,14 +559,14 @@ final class WorkerPool: Sendable {
             // checks find nothing. Once it has run long, the deliveries the checks cause go
             // to the class queue instead, and the thread goes back to the reactor.
             guard activity.deferredChecks.mayHoldChecks else { return }
+            if first { started = SystemClock.monotonicNanoseconds() }
             let extends = SystemClock.monotonicNanoseconds() &- started <= longInlineNanoseconds
             if extends { thread.pollingClass = pool.qosClass }
             activity.deferredChecks.completeAll()
             guard extends else { return }
             thread.pollingClass = nil
-            count = batch.start(from: &thread.inlineBatch)
-            guard count > 0 else { return }
-            pollWatch.batchStarted()
+            // The checks' deliveries, if any, are the next batch (the clocks keep the first's start).
+            guard !thread.inlineBatch.isEmpty else { return }
         }
     }
 
