@@ -46,8 +46,9 @@ import Glibc
 ///
 /// Under load the watch is woken at most once per `interval`: it is woken only while parked,
 /// and it parks only after a tick, a whole `interval` after it was woken. A sparse process
-/// (one wake-up per timer) costs one thread switch per wake-up: the watch, woken after a
-/// quiet spell, looks for the batch's end for `settleNanoseconds` and parks again.
+/// (one wake-up per timer) costs one thread switch per wake-up whose batch ends within
+/// `settleNanoseconds`: the watch, woken after a quiet spell, looks for the batch's end that
+/// long and parks again; a longer batch costs a tick too.
 ///
 /// The thread does not exist in a forked child: as for the pool's workers, Lull refuses to
 /// be used there (`ForkGuard`), so nothing in the child starts a poll or a batch.
@@ -74,6 +75,11 @@ final class PollWatch: Sendable {
     /// Times the watch parked without a deadline, and times a poller woke it (tests).
     let parks = Atomic<UInt64>(0)
     let wakes = Atomic<UInt64>(0)
+    /// Wakes after a quiet spell whose batch ended within `settleNanoseconds`, and those whose
+    /// batch did not (tests and diagnostics).
+    let settled = Atomic<UInt64>(0)
+    let unsettled = Atomic<UInt64>(0)
+    let shortSpells = Atomic<UInt64>(0)
     /// Poller requests and batch hand-overs the watch made (diagnostics and tests).
     let pollerRequests = Atomic<UInt64>(0)
     let handOvers = Atomic<UInt64>(0)
@@ -142,18 +148,28 @@ final class PollWatch: Sendable {
             // Still set: a permit left by an earlier waker, not a wake: look again.
             if parked.exchange(false, ordering: .sequentiallyConsistent) { continue }
             let quietSpell = SystemClock.monotonicNanoseconds() &- parkedAt >= PollWatch.interval
-            if quietSpell && settles(pool) { continue }
+            guard quietSpell else {
+                shortSpells.add(1, ordering: .relaxed)
+                return
+            }
+            if settles(pool) {
+                settled.add(1, ordering: .relaxed)
+                continue
+            }
+            unsettled.add(1, ordering: .relaxed)
             return
         }
     }
 
     /// Whether the batch that woke the watch ends (and the poller is back in its poll)
-    /// within `settleNanoseconds`.
+    /// within `settleNanoseconds`. The watch yields its CPU between looks: woken by the
+    /// poller, it often runs on the poller's CPU, and at its higher priority it would
+    /// otherwise preempt the very batch it waits for. (`sched_yield` cannot fail on Linux.)
     private func settles(_ pool: WorkerPool) -> Bool {
         let end = SystemClock.monotonicNanoseconds() &+ PollWatch.settleNanoseconds
         repeat {
             if pool.pollerIsInsidePoll && pool.watchFindsQuiet() { return true }
-            for _ in 0..<64 { lull_cpu_relax() }
+            _ = sched_yield()
         } while SystemClock.monotonicNanoseconds() < end
         return false
     }
