@@ -31,8 +31,8 @@ enum LockRank: Int, Comparable, Sendable {
     case workerClass = 60
     /// The main thread's job list (SpinFutexLock).
     case mainThreadJobs = 62
-    /// A worker's running inline batch (SpinFutexLock): taken alone, by its owner per job
-    /// and by a hand-over.
+    /// A worker's running inline batch (SpinFutexLock): taken alone by its owner (per job)
+    /// and by a hand-over, and inside a class lock by the poll watch's look.
     case inlineBatch = 64
     /// The diagnostics socket's listener (Mutex).
     case diagnosticsListener = 70
