@@ -39,6 +39,7 @@ import Synchronization
 ///     reactor timer (Mutex)
 ///     worker class (SpinFutexLock, one per QoS class)
 ///     main thread's jobs (SpinFutexLock)
+///     a worker's running inline batch (SpinFutexLock, one per worker)
 ///     diagnostics listener (Mutex)
 ///     wake-up recorder (SpinFutexLock, taken by diagnostics hooks under any of the above)
 ///     libevent's base lock (inside libevent)

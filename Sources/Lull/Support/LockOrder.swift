@@ -31,6 +31,9 @@ enum LockRank: Int, Comparable, Sendable {
     case workerClass = 60
     /// The main thread's job list (SpinFutexLock).
     case mainThreadJobs = 62
+    /// A worker's running inline batch (SpinFutexLock): taken alone by its owner (per job)
+    /// and by a hand-over, and inside a class lock by the poll watch's look.
+    case inlineBatch = 64
     /// The diagnostics socket's listener (Mutex).
     case diagnosticsListener = 70
     /// The wake-up recorder's state (SpinFutexLock): its hooks run under any other lock.
@@ -41,7 +44,7 @@ enum LockRank: Int, Comparable, Sendable {
     /// A spin lock's rank: no system call and no thread creation while one is held.
     var isSpinLock: Bool {
         switch self {
-        case .queue, .timerEngine, .workerClass, .mainThreadJobs, .wakeupRecorder: true
+        case .queue, .timerEngine, .workerClass, .mainThreadJobs, .inlineBatch, .wakeupRecorder: true
         default: false
         }
     }

@@ -27,5 +27,30 @@ enum PoolTestHooks {
 
     /// Jobs of inline batches that a wait handed to the class queue (`WorkerPool.blocking`).
     static let inlineJobsHandedOverByWaits = Atomic<Int>(0)
+    /// Jobs of inline batches that the poll watch handed to the class queue.
+    static let inlineJobsHandedOverByWatch = Atomic<Int>(0)
+
+    /// Set while one of the two hooks below is installed: each costs a load otherwise.
+    static let batchHooksInstalled = Atomic<Bool>(false)
+
+    /// Runs on a batch's owner before it takes its next job (`InlineBatch.next`): a test
+    /// holds the owner there while another thread hands the batch over.
+    static let ownerTakesNextJob = Mutex<(@Sendable (InlineBatch) -> Void)?>(nil)
+
+    static func runOwnerTakesNextJob(_ batch: InlineBatch) {
+        guard batchHooksInstalled.load(ordering: .relaxed) else { return }
+        let hook = ownerTakesNextJob.locked { $0 }
+        hook?(batch)
+    }
+
+    /// Runs on any thread about to take a batch's jobs for a hand-over
+    /// (`InlineBatch.takeAll`): a test holds one hand-over there while another runs.
+    static let batchHandOver = Mutex<(@Sendable (InlineBatch) -> Void)?>(nil)
+
+    static func runBatchHandOver(_ batch: InlineBatch) {
+        guard batchHooksInstalled.load(ordering: .relaxed) else { return }
+        let hook = batchHandOver.locked { $0 }
+        hook?(batch)
+    }
 }
 #endif

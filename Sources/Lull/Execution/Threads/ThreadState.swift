@@ -39,10 +39,14 @@ final class ThreadState {
     /// Set while this thread polls the reactor: work for its class goes to its inline batch.
     @exclusivity(unchecked) var pollingClass: QoS.QoSClass?
     @exclusivity(unchecked) var inlineBatch = Fifo<Job>()
-    /// The jobs of the inline batch this worker runs, not yet started. A job that waits in
-    /// one of Lull's waits hands them to its class queue first (`WorkerPool.blocking`): what
-    /// it waits for may be one of them.
-    @exclusivity(unchecked) var runningInlineBatch = Fifo<Job>()
+    /// The jobs of the inline batch this worker runs, not yet started (nil on threads that
+    /// are not workers). A job that waits in one of Lull's waits hands them to its class
+    /// queue first (`WorkerPool.blocking`): what it waits for may be one of them; the poll
+    /// watch hands them over from its own thread when the job is stuck (`PollWatch`).
+    /// Unretained: the worker's `WorkerActivity` owns the batch for as long as the thread
+    /// runs the worker loop, the only code that reads this field, and a batch reached per
+    /// wake-up costs no retain and release.
+    @exclusivity(unchecked) var runningInlineBatch: Unmanaged<InlineBatch>?
     /// Set on a worker: where read deliveries leave their level checks (see
     /// `DeferredLevelChecks`); nil on other threads, where each check is made at once.
     @exclusivity(unchecked) var deferredChecks: DeferredLevelChecks?
@@ -70,13 +74,6 @@ final class ThreadState {
         priority = ThreadPriorityControl(tid: tid, own: baseQoS,
                                          nice: lull_get_thread_nice(tid, &nice) == 0 ? nice : 0)
         priorityReference = Unmanaged.passUnretained(priority)
-    }
-
-    /// The batch the last poll produced (`inlineBatch`) becomes the one to run, and the
-    /// finished one's buffer goes back for the next poll: a wake-up's batch allocates nothing.
-    func startInlineBatch() {
-        assert(runningInlineBatch.isEmpty, "Lull: an inline batch starts before the last one ended")
-        swap(&runningInlineBatch, &inlineBatch)
     }
 
     /// Completes the level checks this thread deferred, if any: before it runs anything but

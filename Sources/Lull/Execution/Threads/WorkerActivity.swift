@@ -18,9 +18,14 @@ final class WorkerActivity: Sendable {
     /// The level checks the worker's inline batch deferred, which the stall check takes
     /// from a worker that blocked while it held them.
     let deferredChecks: DeferredLevelChecks
+    /// The jobs of the worker's inline batch not yet started, which the poll watch hands to
+    /// the class queue when the worker is stuck in one job (nil for a stand-in activity).
+    let inlineBatch: InlineBatch?
 
-    init(deferredCheckHolders: DeferredLevelChecks.Holders = DeferredLevelChecks.Holders()) {
+    init(deferredCheckHolders: DeferredLevelChecks.Holders = DeferredLevelChecks.Holders(),
+         inlineBatch: InlineBatch? = nil) {
         deferredChecks = DeferredLevelChecks(holders: deferredCheckHolders)
+        self.inlineBatch = inlineBatch
     }
 
     /// The worker starts a job (only the worker's thread calls it).

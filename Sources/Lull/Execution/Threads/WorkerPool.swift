@@ -63,8 +63,10 @@ final class WorkerPool: Sendable {
     /// by the look: a worker that parks leaves such a look armed (see
     /// `cancelStallCheckIfNothingWaits`).
     let lookServesDeferredChecks = Atomic<Bool>(false)
+    /// Keeps a worker stuck in a job from stalling the reactor and its batch (`PollWatch`).
+    let pollWatch = PollWatch()
     /// What the leader polls, and the timers that ride on its wake-ups.
-    private let reactor: any PollTarget
+    let reactor: any PollTarget
     private let timers: TimerEngine
 
     /// A pool whose leader polls `reactor` and fires `timers` after each wake-up. The
@@ -92,7 +94,7 @@ final class WorkerPool: Sendable {
 
     /// The classes whose idle workers may poll the reactor: a poller at background
     /// priority would make every event wait behind CPU-bound work.
-    private static let pollingClasses: [QoS.QoSClass] = [.default, .userInitiated, .userInteractive]
+    static let pollingClasses: [QoS.QoSClass] = [.default, .userInitiated, .userInteractive]
 
     // MARK: Submitting work
 
@@ -174,21 +176,10 @@ final class WorkerPool: Sendable {
 
     private func blocking<T>(_ qosClass: QoS.QoSClass, thread: ThreadState, _ body: () -> T) -> T {
         let pool = classes[qosClass.poolIndex]
-        let helper = pool.state.locked { state -> Helper in
-            state.running -= 1
-            state.blocked += 1
-            while let job = thread.runningInlineBatch.popFirst() {
-                state.pushJob(job, pool)
-                #if DEBUG
-                PoolTestHooks.inlineJobsHandedOverByWaits.add(1, ordering: .relaxed)
-                #endif
-            }
-            return state.jobs.isEmpty ? .none : recruit(&state)
-        }
-        start(helper, in: pool)
         // This thread may be the last poller, back from its poll with its batch: nobody
-        // polls while it runs the batch, and what it waits for may need the next poll.
-        ensurePollerIfNeeded()
+        // polls while it runs the batch, and what it waits for may need the next poll (the
+        // hand-over asks for a poller, even with no job left to hand over).
+        handOverInlineBatch(thread.runningInlineBatch?.takeUnretainedValue(), in: pool, for: .wait)
         defer {
             pool.state.locked { state in
                 state.running += 1
@@ -212,6 +203,7 @@ final class WorkerPool: Sendable {
     /// while no worker polls, and under load (every worker busy, none idle) each request
     /// would otherwise start a thread.
     func ensurePoller() {
+        startPollWatchIfNeeded()
         guard pollerSlot.isVacant else { return }
         for qosClass in WorkerPool.pollingClasses {
             let pool = classes[qosClass.poolIndex]
@@ -335,7 +327,7 @@ final class WorkerPool: Sendable {
     /// The starter, when the calling thread would hand a new worker of `qosClass` a nice
     /// value above its class's, or SCHED_IDLE where a thread cannot leave it (see
     /// `ThreadStarter`); nil: the caller creates it itself.
-    private func starterFor(_ qosClass: QoS.QoSClass) -> ThreadStarter? {
+    func starterFor(_ qosClass: QoS.QoSClass) -> ThreadStarter? {
         guard let starter else { return nil }
         let tid = lull_gettid()
         if qosClass != .background && EnergyPolicy.idleMode == .pinned
@@ -383,6 +375,8 @@ final class WorkerPool: Sendable {
         // wait in a Lull primitive, at the end of an inline batch, when the class queue is
         // empty after a job, and before the worker polls, spins, parks or retires.
         thread.deferredChecks = worker.activity.deferredChecks
+        thread.runningInlineBatch = worker.activity.inlineBatch.map { Unmanaged.passUnretained($0) }
+        defer { thread.runningInlineBatch = nil }
         var backFromPoll = false
         while true {
             var cascade = Helper.none
@@ -497,11 +491,13 @@ final class WorkerPool: Sendable {
             timers.fireIfDue()
         }
         pollerThreadID.store(0, ordering: .releasing)
+        // For the poll watch: a poll ended (the single writer is the slot's holder).
+        pollWatch.pollEpoch.store(pollWatch.pollEpoch.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
         thread.pollingClass = nil
         pollerSlot.release(for: worker.token)
         pool.state.locked { $0.running += 1 }
         runInline(thread: thread, pool: pool, activity: worker.activity)
-        assert(thread.runningInlineBatch.isEmpty, "Lull: a job of the inline batch was left behind")
+        assert(thread.runningInlineBatch?.takeUnretainedValue().isEmpty ?? true, "Lull: a job of the inline batch was left behind")
     }
 
     /// Runs the work one wake-up produced for this thread's class on this thread, so that a
@@ -518,24 +514,44 @@ final class WorkerPool: Sendable {
     /// wake another thread.
     ///
     /// The batch is `thread.runningInlineBatch`, where a job that waits in one of Lull's
-    /// waits finds the jobs behind it and hands them to the class queue (`blocking`).
+    /// waits finds the jobs behind it and hands them to the class queue (`blocking`), and
+    /// where the poll watch finds them when a job is stuck, blocked in a system call of its
+    /// own or busy on the CPU (`PollWatch`): the poller wakes the watch, if it is parked,
+    /// before a batch with jobs.
     private func runInline(thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
-        thread.startInlineBatch()
-        let cpuAtStart = thread.runningInlineBatch.count > 1 ? SystemClock.threadCPUNanoseconds() : 0
-        let started = SystemClock.monotonicNanoseconds()
+        thread.runningInlineBatch?._withUnsafeGuaranteedRef { batch in
+            runInline(batch, thread: thread, pool: pool, activity: activity)
+        }
+    }
+
+    @inline(__always)
+    private func runInline(_ batch: InlineBatch, thread: ThreadState, pool: ClassPool, activity: WorkerActivity) {
+        var started: UInt64 = 0
+        var cpuAtStart: UInt64 = 0
+        var first = true
         while true {
-            while let job = thread.runningInlineBatch.popFirst() {
+            // One lock per job (the first also moves the wake-up's jobs in); none after a
+            // job that had nothing behind it. The watch hears of the batch once its jobs are
+            // in the batch (published), before the first runs.
+            var more = true
+            var announce = true
+            while more, let job = batch.next(from: &thread.inlineBatch, more: &more) {
+                if announce {
+                    announce = false
+                    pollWatch.batchStarted()
+                }
+                if first {
+                    first = false
+                    if more { cpuAtStart = SystemClock.threadCPUNanoseconds() }
+                    started = SystemClock.monotonicNanoseconds()
+                }
                 activity.enterJob()
                 JobRunner.run(consume job, floor: .unspecified, drainQoS: nil, thread: thread)
                 activity.leaveJob()
-                guard !thread.runningInlineBatch.isEmpty, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
+                guard more, SystemClock.monotonicNanoseconds() &- started > longInlineNanoseconds,
                       SystemClock.threadCPUNanoseconds() &- cpuAtStart > longInlineNanoseconds else { continue }
-                let helper = pool.state.locked { state -> Helper in
-                    while let job = thread.runningInlineBatch.popFirst() { state.pushJob(job, pool) }
-                    return recruit(&state)
-                }
-                start(helper, in: pool)
-                ensurePollerIfNeeded()
+                handOverInlineBatch(batch, in: pool, for: .longBatch)
+                more = false
             }
             // The batch's end: the checks. A source with bytes left (often the peer's next
             // message, arrived since its handler ran) is delivered again in this batch, as
@@ -543,13 +559,14 @@ final class WorkerPool: Sendable {
             // checks find nothing. Once it has run long, the deliveries the checks cause go
             // to the class queue instead, and the thread goes back to the reactor.
             guard activity.deferredChecks.mayHoldChecks else { return }
+            if first { started = SystemClock.monotonicNanoseconds() }
             let extends = SystemClock.monotonicNanoseconds() &- started <= longInlineNanoseconds
             if extends { thread.pollingClass = pool.qosClass }
             activity.deferredChecks.completeAll()
             guard extends else { return }
             thread.pollingClass = nil
-            thread.startInlineBatch()
-            if thread.runningInlineBatch.isEmpty { return }
+            // The checks' deliveries, if any, are the next batch (the clocks keep the first's start).
+            guard !thread.inlineBatch.isEmpty else { return }
         }
     }
 
@@ -715,7 +732,8 @@ final class Worker: Sendable {
     init(pool: ClassPool, owner: WorkerPool) {
         self.pool = pool
         self.owner = owner
-        activity = WorkerActivity(deferredCheckHolders: owner.deferredCheckHolders)
+        activity = WorkerActivity(deferredCheckHolders: owner.deferredCheckHolders,
+                                  inlineBatch: InlineBatch(pool: pool))
         token = Worker.lastToken.add(1, ordering: .relaxed).newValue
     }
 }
