@@ -555,6 +555,24 @@ int lull_timerfd_disarm(int fd) {
     return timerfd_settime(fd, 0, &value, NULL) == 0 ? 0 : -errno;
 }
 
+int lull_watch_alarm_create(void) {
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int lull_watch_alarm_set(int fd, uint64_t delay) {
+    struct itimerspec value = {
+        .it_interval = {0, 0},
+        .it_value = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)},
+    };
+    return timerfd_settime(fd, 0, &value, NULL) == 0 ? 0 : -errno;
+}
+
+int lull_watch_alarm_wait(int fd) {
+    uint64_t expirations = 0;
+    return read(fd, &expirations, sizeof expirations) == (ssize_t)sizeof expirations ? 0 : -errno;
+}
+
 // MARK: File-system objects (inotify)
 
 #include <dirent.h>

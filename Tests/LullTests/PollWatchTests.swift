@@ -219,6 +219,43 @@ extension LullSuite {
             #expect(quiet, "the watch ticked through a quiet period")
         }
 
+        /// A process that polls now and then (a timer every 40 ms) never wakes the parked
+        /// watch: each batch arms the watch's alarm and disarms it when it ends, so neither a
+        /// wake nor a tick happens across five fires. (Three attempts: another suite's work
+        /// running alongside may wake it.)
+        @Test func sparseBatchesArmTheAlarmInsteadOfWakingTheWatch() throws {
+            let watch = Runtime.shared.pool.pollWatch
+            let warmUp = Flag()
+            Runtime.shared.pool.ensurePoller()
+            WorkQueue(label: "lull.test.watch.sparse-warm-up").asyncAfter(deadline: .now() + .milliseconds(1)) { warmUp.set() }
+            #expect(warmUp.await())
+            try #require(watch.alarm.load() != nil, "the watch's alarm could not be opened")
+            var quiet = false
+            var seen = ""
+            for _ in 0..<3 where !quiet {
+                #expect(waitUntil { watch.isParked })
+                let before = (wakes: watch.wakes.load(ordering: .relaxed), ticks: watch.ticks.load(ordering: .relaxed),
+                              alarmed: watch.alarmedBatches.load(ordering: .relaxed))
+                let after = Mutex<(wakes: UInt64, ticks: UInt64, alarmed: UInt64)?>(nil)
+                let fires = Counter()
+                let timer = EventSource.makeTimerSource(queue: WorkQueue(label: "lull.test.watch.sparse"))
+                timer.setEventHandler {
+                    if fires.increment() == 5 {
+                        after.locked { $0 = (watch.wakes.load(ordering: .relaxed), watch.ticks.load(ordering: .relaxed),
+                                             watch.alarmedBatches.load(ordering: .relaxed)) }
+                    }
+                }
+                timer.schedule(deadline: .now() + .milliseconds(40), repeating: .milliseconds(40), leeway: .zero)
+                timer.activate()
+                #expect(fires.await { $0 >= 5 })
+                timer.cancel()
+                guard let seenAfter = after.locked({ $0 }) else { continue }
+                seen = "wakes \(before.wakes) → \(seenAfter.wakes), ticks \(before.ticks) → \(seenAfter.ticks), alarmed batches \(before.alarmed) → \(seenAfter.alarmed)"
+                quiet = seenAfter.wakes == before.wakes && seenAfter.ticks == before.ticks && seenAfter.alarmed >= before.alarmed + 4
+            }
+            #expect(quiet, "sparse batches woke the watch: \(seen)")
+        }
+
         #if DEBUG
         /// Runs `body` with the batch hooks installed, and uninstalls them after.
         func withBatchHooks(owner: (@Sendable (InlineBatch) -> Void)?, handOver: (@Sendable (InlineBatch) -> Void)?,

@@ -190,6 +190,18 @@ int lull_timerfd_arm(int fd, uint64_t deadline);
 /// Disarms it (and discards an expiration not yet read). Returns 0 or -errno.
 int lull_timerfd_disarm(int fd);
 
+// MARK: The poll watch's alarm
+
+/// A CLOCK_MONOTONIC timerfd for the poll watch's alarm, blocking and close-on-exec (no
+/// fault injection: the reactor's timer tests count their own calls). Returns the fd or -errno.
+int lull_watch_alarm_create(void);
+/// Arms the alarm `delay` ns from now (relative), or disarms it for 0 (discarding an
+/// expiration not yet read). Returns 0 or -errno.
+int lull_watch_alarm_set(int fd, uint64_t delay);
+/// Sleeps until the alarm expires and takes its expirations. Returns 0 or -errno (EINTR
+/// included: the caller decides whether to sleep again).
+int lull_watch_alarm_wait(int fd);
+
 // MARK: Descriptors
 
 /// Opens a pidfd for pid (pidfd_open, O_CLOEXEC is implied). Returns the fd or -errno.

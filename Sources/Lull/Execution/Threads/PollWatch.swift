@@ -14,41 +14,15 @@ import Glibc
 /// - hands to the class queue the jobs not yet started of every inline batch whose owner is
 ///   inside the same job as at the previous tick (`WorkerPool.handOverInlineBatch`).
 /// A tick that finds the poller inside its poll (or nothing to poll for) and no inline batch
-/// with jobs left *parks* the watch without a deadline: an idle process gets no wake-up from
-/// it. The poller wakes it (`batchStarted`) when it leaves its poll with a non-empty batch
-/// while the watch is parked — the only way a poll-less stretch or a stuck batch can begin
-/// while the poller was inside its poll.
+/// with jobs left *parks* the watch on its alarm (`PollWatchAlarm`): an idle process gets no
+/// wake-up from it. A poller that leaves its poll with a non-empty batch while the watch is
+/// parked (`batchStarted`) arms the alarm for that batch when batches are sparse (no wake-up
+/// unless the batch is still running an interval later), or wakes the watch to tick when
+/// they come within `busyBatchSpacing` of each other (a busy process: at most one wake-up
+/// per interval).
 ///
-/// State model (`parked` and the parker's permit):
-///
-/// | state | meaning |
-/// |---|---|
-/// | not started | no thread yet: the reactor never had interest |
-/// | ticking (`parked` false) | waits `interval`, then ticks |
-/// | parking (`parked` true) | published `parked`, looks once more before it sleeps |
-/// | parked (`parked` true) | sleeps on its parker without a deadline |
-///
-/// | from | to | by |
-/// |---|---|---|
-/// | not started | ticking | the first `ensurePoller` (the reactor has interest): thread started after every lock |
-/// | ticking | parking | a tick that finds nothing to watch: stores `parked`, then a full fence |
-/// | parking | ticking | its last look finds a batch or a poll-less stretch: takes `parked` back (exchange) |
-/// | parking | parked | its last look finds nothing either |
-/// | parked | ticking | a poller that starts a non-empty batch takes `parked` (exchange) and unparks it |
-/// | parked | parked | woken after a quiet spell of `interval` or more, it sees the batch end within `settleNanoseconds` |
-///
-/// Invariant (no missed batch): the poller publishes its batch, then a full fence, then
-/// reads `parked`; the watch stores `parked`, then a full fence, then reads the batches. One
-/// of the two sees the other: either the poller wakes the watch, or the watch does not
-/// sleep. Only the one whose exchange takes `parked` from true acts on it, so a wake is
-/// given at most once per park; a permit left over by a waker that lost the race ends a later
-/// sleep early, and the watch then looks again (asserted: a tick never starts with `parked`).
-///
-/// Under load the watch is woken at most once per `interval`: it is woken only while parked,
-/// and it parks only after a tick, a whole `interval` after it was woken. A sparse process
-/// (one wake-up per timer) costs one thread switch per wake-up whose batch ends within
-/// `settleNanoseconds`: the watch, woken after a quiet spell, looks for the batch's end that
-/// long and parks again; a longer batch costs a tick too.
+/// The state model, its transitions and invariants are in docs/WorkerPool.md ("The poll
+/// watch"). Asserted: a tick never starts while the watch counts as parked.
 ///
 /// The thread does not exist in a forked child: as for the pool's workers, Lull refuses to
 /// be used there (`ForkGuard`), so nothing in the child starts a poll or a batch.
@@ -60,9 +34,12 @@ final class PollWatch: Sendable {
     /// a timer behind a stuck handler fires at most about two ticks late. While active, 50
     /// ticks a second.
     static let interval: UInt64 = 20_000_000
-    /// How long the watch, woken by a batch after a quiet spell, looks for the batch's end
-    /// before it waits a tick (ns): a timer's handler ends in microseconds.
-    static let settleNanoseconds: UInt64 = 100_000
+    /// Batches that follow each other closer than this (a busy process) wake the parked
+    /// watch to tick, one wake-up per `interval`; sparser ones arm its alarm, two
+    /// `timerfd_settime` per batch on a thread that is awake anyway, and no wake-up. Five
+    /// hundred batches a second cost a thousand system calls, which is about what fifty
+    /// thread wake-ups cost, and wake no CPU.
+    static let busyBatchSpacing: UInt64 = 2_000_000
 
     private let started = Atomic<Bool>(false)
     /// True while the watch sleeps without a deadline (or is about to); taken by exchange.
@@ -75,11 +52,13 @@ final class PollWatch: Sendable {
     /// Times the watch parked without a deadline, and times a poller woke it (tests).
     let parks = Atomic<UInt64>(0)
     let wakes = Atomic<UInt64>(0)
-    /// Wakes after a quiet spell whose batch ended within `settleNanoseconds`, and those whose
-    /// batch did not (tests and diagnostics).
-    let settled = Atomic<UInt64>(0)
-    let unsettled = Atomic<UInt64>(0)
-    let shortSpells = Atomic<UInt64>(0)
+    /// Batches the parked watch's alarm watched (tests and diagnostics).
+    let alarmedBatches = Atomic<UInt64>(0)
+    /// The parked watch's alarm, opened before its thread starts (nil when it could not be:
+    /// the parker then wakes it for every batch).
+    let alarm = AtomicLazyReference<PollWatchAlarm>()
+    /// When the last batch that found the watch parked started (ns).
+    private let lastParkedBatch = Atomic<UInt64>(0)
     /// Poller requests and batch hand-overs the watch made (diagnostics and tests).
     let pollerRequests = Atomic<UInt64>(0)
     let handOvers = Atomic<UInt64>(0)
@@ -97,18 +76,42 @@ final class PollWatch: Sendable {
         return started.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
     }
 
-    /// The poller, right after it published a non-empty inline batch: wakes the watch if it
-    /// is parked. A fence and a load while the watch ticks.
+    /// The poller, right after it published a non-empty inline batch: a fence and a load
+    /// while the watch ticks. While the watch is parked, a batch that follows the previous
+    /// one within `interval` (a busy process) wakes it, to tick; any other arms the alarm for
+    /// itself and returns true: the caller calls `batchEnded` when its batch ends.
     @inline(__always)
-    func batchStarted() {
+    func batchStarted() -> Bool {
         atomicMemoryFence(ordering: .sequentiallyConsistent)
-        if parked.load(ordering: .relaxed) { wake() }
+        guard parked.load(ordering: .relaxed) else { return false }
+        return parkedBatchStarted()
+    }
+
+    private func parkedBatchStarted() -> Bool {
+        guard let alarm = alarm.load() else {
+            wake()
+            return false
+        }
+        let now = SystemClock.monotonicNanoseconds()
+        let previous = lastParkedBatch.exchange(now, ordering: .relaxed)
+        if now &- previous < PollWatch.busyBatchSpacing {
+            wake()
+            return false
+        }
+        alarmedBatches.add(1, ordering: .relaxed)
+        alarm.batchStarted()
+        return true
+    }
+
+    /// The end of a batch for which `batchStarted` returned true.
+    func batchEnded() {
+        alarm.load()?.batchEnded()
     }
 
     private func wake() {
         guard parked.exchange(false, ordering: .sequentiallyConsistent) else { return }
         wakes.add(1, ordering: .relaxed)
-        parker.unpark()
+        if let alarm = alarm.load() { alarm.wakeNow() } else { parker.unpark() }
     }
 
     /// The watch thread's loop (never returns).
@@ -132,45 +135,28 @@ final class PollWatch: Sendable {
         }
     }
 
-    /// Parks until a poller starts a batch; returns when the watch should tick again.
+    /// Parks until a batch needs watching; returns when the watch should tick again.
     private func parkUntilBatch(_ pool: WorkerPool) {
         while true {
             parked.store(true, ordering: .sequentiallyConsistent)
             atomicMemoryFence(ordering: .sequentiallyConsistent)
             guard pool.watchFindsQuiet() else {
-                // Taken back, or a waker took it and its unpark ends the next wait early.
+                // Taken back, or a waker took it and its wake ends the next sleep early.
                 _ = parked.exchange(false, ordering: .sequentiallyConsistent)
                 return
             }
             parks.add(1, ordering: .relaxed)
-            let parkedAt = SystemClock.monotonicNanoseconds()
+            if let alarm = alarm.load() {
+                // Woken by a busy process's batch, or by a batch still running an interval
+                // after it armed the alarm (or by a wake left from an earlier park): ticks.
+                alarm.sleep()
+                _ = parked.exchange(false, ordering: .sequentiallyConsistent)
+                return
+            }
             parker.park()
             // Still set: a permit left by an earlier waker, not a wake: look again.
             if parked.exchange(false, ordering: .sequentiallyConsistent) { continue }
-            let quietSpell = SystemClock.monotonicNanoseconds() &- parkedAt >= PollWatch.interval
-            guard quietSpell else {
-                shortSpells.add(1, ordering: .relaxed)
-                return
-            }
-            if settles(pool) {
-                settled.add(1, ordering: .relaxed)
-                continue
-            }
-            unsettled.add(1, ordering: .relaxed)
             return
         }
-    }
-
-    /// Whether the batch that woke the watch ends (and the poller is back in its poll)
-    /// within `settleNanoseconds`. The watch yields its CPU between looks: woken by the
-    /// poller, it often runs on the poller's CPU, and at its higher priority it would
-    /// otherwise preempt the very batch it waits for. (`sched_yield` cannot fail on Linux.)
-    private func settles(_ pool: WorkerPool) -> Bool {
-        let end = SystemClock.monotonicNanoseconds() &+ PollWatch.settleNanoseconds
-        repeat {
-            if pool.pollerIsInsidePoll && pool.watchFindsQuiet() { return true }
-            _ = sched_yield()
-        } while SystemClock.monotonicNanoseconds() < end
-        return false
     }
 }

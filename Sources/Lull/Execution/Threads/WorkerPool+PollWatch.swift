@@ -54,6 +54,15 @@ extension WorkerPool {
     /// leaves the pool as it is without the watch: said once, not retried.
     func startPollWatchIfNeeded() {
         guard pollWatch.claimStart() else { return }
+        // Opened here, before the thread and by the thread that first needs a poller, so
+        // that the descriptor exists from the reactor's first interest on.
+        do throws(SystemError) {
+            _ = pollWatch.alarm.storeIfNil(try PollWatchAlarm.open())
+        } catch {
+            RuntimeLog.once("poll-watch-alarm-open-failed") {
+                "could not open Lull's poll watch alarm (\(error)); the watch is woken for every batch of a sparse process instead"
+            }
+        }
         let context = Unmanaged.passRetained(self).toOpaque()
         let result: Int32
         if let starter = starterFor(.userInteractive) {

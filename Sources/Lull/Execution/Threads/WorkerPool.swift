@@ -529,6 +529,9 @@ final class WorkerPool: Sendable {
         var started: UInt64 = 0
         var cpuAtStart: UInt64 = 0
         var first = true
+        // The parked watch's alarm watches this call's batches until the last one ends.
+        var alarmed = false
+        defer { if alarmed { pollWatch.batchEnded() } }
         while true {
             // One lock per job (the first also moves the wake-up's jobs in); none after a
             // job that had nothing behind it. The watch hears of the batch once its jobs are
@@ -538,7 +541,7 @@ final class WorkerPool: Sendable {
             while more, let job = batch.next(from: &thread.inlineBatch, more: &more) {
                 if announce {
                     announce = false
-                    pollWatch.batchStarted()
+                    if !alarmed { alarmed = pollWatch.batchStarted() }
                 }
                 if first {
                     first = false
