@@ -1,0 +1,41 @@
+import Synchronization
+import Testing
+@testable import Lull
+
+/// Hostile review of the concurrent queue's path to the pool: what the forward gate and the
+/// drains behind it promise a Dispatch user (docs/Queues.md, "The concurrent queue's
+/// forward gate").
+extension LullSuite {
+    @Suite struct ConcurrentQueueReviewTests {
+        /// Dispatch runs a concurrent queue's dequeued blocks side by side: a block that
+        /// waits for a later block of the same queue is waiting for one that starts. A
+        /// drain that took a run of piled-up blocks and ran them one after the other would
+        /// keep the later ones behind the waiting one (and a block submitted later through
+        /// the reopened gate would start before them).
+        @Test func aPiledUpBlockNeverWaitsBehindAnEarlierOneOfItsQueue() {
+            let queue = WorkQueue(label: "lull.test.review.piled", attributes: .concurrent)
+            let blocks = 64
+            let secondStarted = Atomic<Bool>(false)
+            let firstSawSecond = Atomic<Int>(0)
+            let group = WorkGroup()
+            queue.suspend()
+            for index in 0..<blocks {
+                queue.async(group: group) {
+                    switch index {
+                    case 0:
+                        let saw = waitUntil(timeout: .milliseconds(600)) { secondStarted.load(ordering: .acquiring) }
+                        firstSawSecond.store(saw ? 1 : 2, ordering: .releasing)
+                    case 1:
+                        secondStarted.store(true, ordering: .releasing)
+                    default:
+                        break
+                    }
+                }
+            }
+            queue.resume()
+            #expect(group.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(firstSawSecond.load(ordering: .acquiring) == 1,
+                    "block 1 did not start while block 0 of the same concurrent queue waited for it")
+        }
+    }
+}
