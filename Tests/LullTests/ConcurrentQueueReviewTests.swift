@@ -39,3 +39,38 @@ extension LullSuite {
         }
     }
 }
+
+extension LullSuite.ConcurrentQueueReviewTests {
+    /// Blocks forwarded through the open gate that start after `suspend()` go back to wait
+    /// in the queue: they must wait in the order they were submitted, not the reverse.
+    /// The hook holds the first until the queue is suspended and the second until the first
+    /// went back; a serial target then runs what waits one block after the other.
+    @Test func forwardedBlocksThatFindTheQueueSuspendedKeepTheirOrder() {
+        let queue = WorkQueue(label: "lull.test.review.putback", attributes: .concurrent)
+        let serial = WorkQueue(label: "lull.test.review.putback.serial")
+        let groups = [WorkGroup(), WorkGroup()]
+        let suspended = Atomic<Bool>(false)
+        QueueTestHooks.forwardedStarts.withLock { hook in
+            hook = { forwarded, group in
+                guard forwarded === queue, let group else { return }
+                if group === groups[0] {
+                    _ = waitUntil { suspended.load(ordering: .acquiring) }
+                } else if group === groups[1] {
+                    _ = waitUntil { suspended.load(ordering: .acquiring) && queue.forwardedBlocks == 1 }
+                }
+            }
+        }
+        defer { QueueTestHooks.forwardedStarts.withLock { $0 = nil } }
+        let order = Recorder<Int>()
+        for index in 0..<2 {
+            queue.async(group: groups[index]) { order.append(index) }
+        }
+        queue.suspend()
+        suspended.store(true, ordering: .releasing)
+        #expect(waitUntil { queue.forwardedBlocks == 0 })
+        queue.setTarget(queue: serial)
+        queue.resume()
+        for group in groups { #expect(group.wait(timeout: .now() + .seconds(10)) == .success) }
+        #expect(order.values == [0, 1])
+    }
+}

@@ -258,11 +258,14 @@ extension WorkQueue {
     /// Runs a block this concurrent queue forwarded to its global target — unless the queue
     /// was suspended since, in which case the block goes back to wait in the queue.
     func runForwarded(_ job: consuming Job, thread: ThreadState) {
+        #if DEBUG
+        QueueTestHooks.runForwardedStarts(self, group: job.group)
+        #endif
         if pausedCount.load(ordering: .acquiring) > 0 {
             job.owner = nil
             let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
-                state.pending.prepend(job)
+                state.putBackForwarded(job)
                 return state.drainRequestIfNeeded(for: self)
             }
             WorkQueue.post(request)
