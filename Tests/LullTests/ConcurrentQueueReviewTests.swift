@@ -50,7 +50,7 @@ extension LullSuite.ConcurrentQueueReviewTests {
         let serial = WorkQueue(label: "lull.test.review.putback.serial")
         let groups = [WorkGroup(), WorkGroup()]
         let suspended = Atomic<Bool>(false)
-        QueueTestHooks.forwardedStarts.withLock { hook in
+        QueueTestHooks.forwardedStarts.locked { hook in
             hook = { forwarded, group in
                 guard forwarded === queue, let group else { return }
                 if group === groups[0] {
@@ -60,7 +60,7 @@ extension LullSuite.ConcurrentQueueReviewTests {
                 }
             }
         }
-        defer { QueueTestHooks.forwardedStarts.withLock { $0 = nil } }
+        defer { QueueTestHooks.forwardedStarts.locked { $0 = nil } }
         let order = Recorder<Int>()
         for index in 0..<2 {
             queue.async(group: groups[index]) { order.append(index) }
