@@ -1,7 +1,7 @@
 /// How a queue's blocks run: the drain loops that a drain request performs on whatever thread
 /// runs it, and the execution of one job.
 extension WorkQueue {
-    /// Blocks a concurrent drain takes per lock acquisition.
+    /// Blocks a concurrent drain under a serial target takes per lock acquisition.
     private static let concurrentBatch = 16
     /// Blocks a serial drain runs before it yields its thread to other queues.
     static let serialQuantum = 1_024
@@ -204,9 +204,12 @@ extension WorkQueue {
                     state.inFlight = 1
                     return (state.floor, nested, true, nil)
                 }
-                // Batches only pay off when blocks pile up; a few (perhaps blocking) blocks
-                // go one per drain so that they run in parallel.
-                let limit = state.pending.count >= 4 * WorkQueue.concurrentBatch ? WorkQueue.concurrentBatch : 1
+                // On a global target each drain takes one block, so that every block waits
+                // only for a thread, never behind another block of a drain's batch: a block
+                // may wait for a later block of its own queue, as Dispatch's concurrent
+                // queues allow. Under a serial target the queue's blocks run one at a time
+                // anyway, and batches spare the lock when they pile up.
+                let limit = nested && state.pending.count >= 4 * WorkQueue.concurrentBatch ? WorkQueue.concurrentBatch : 1
                 while batch.count < limit, let next = state.pending.first, !next.isBarrier {
                     batch.append(state.pending.popFirst()!)
                 }
@@ -255,11 +258,14 @@ extension WorkQueue {
     /// Runs a block this concurrent queue forwarded to its global target — unless the queue
     /// was suspended since, in which case the block goes back to wait in the queue.
     func runForwarded(_ job: consuming Job, thread: ThreadState) {
+        #if DEBUG
+        QueueTestHooks.runForwardedStarts(self, group: job.group)
+        #endif
         if pausedCount.load(ordering: .acquiring) > 0 {
             job.owner = nil
             let request = state.locked(moving: job) { (state: inout QueueState, job: consuming Job) -> (WorkQueue, Job)? in
                 if state.pendingMaxClass < job.qos.qosClass { state.pendingMaxClass = job.qos.qosClass }
-                state.pending.prepend(job)
+                state.putBackForwarded(job)
                 return state.drainRequestIfNeeded(for: self)
             }
             WorkQueue.post(request)

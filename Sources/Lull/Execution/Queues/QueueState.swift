@@ -247,6 +247,26 @@ struct QueueState: Sendable {
         return true
     }
 
+    /// Concurrent: a block forwarded to the global target that found the queue suspended
+    /// as it started goes back to wait behind the forwarded blocks that went back before it
+    /// and ahead of the blocks that waited here (all submitted after the gate closed). The
+    /// forwarded ones are those a global queue marked with its class (`globalClass`): only
+    /// this path puts such a block in `pending`, and they stay together at the head, so the
+    /// blocks that went through the gate come back in the order they return, which is the
+    /// order the global queue handed them out when one thread takes them.
+    mutating func putBackForwarded(_ job: consuming Job) {
+        guard let start = pending.firstIndex(from: 0, where: { $0.globalClass != nil }) else {
+            pending.prepend(job)
+            return
+        }
+        let end = pending.firstIndex(from: start, where: { $0.globalClass == nil }) ?? pending.count
+        var reordered = Fifo<Job>()
+        for _ in 0..<end { reordered.append(pending.popFirst()!) }
+        reordered.append(job)
+        while let next = pending.popFirst() { reordered.append(next) }
+        swap(&pending, &reordered)
+    }
+
     /// Puts blocks that a drain took but did not run back at the head, before newer ones.
     /// `restMarks`: the marks of the blocks put back, counted from the first of them.
     mutating func putBack(_ rest: inout Fifo<Job>, restMarks: ClassMarks = ClassMarks()) {

@@ -18,6 +18,16 @@ enum QueueTestHooks {
     /// holds a producer here while a drain takes and empties the inbox.
     static let beforePush = Mutex<(@Sendable (WorkQueue) -> Void)?>(nil)
 
+    /// Runs on the thread that starts a block a concurrent queue forwarded to its global
+    /// target, before it checks for a suspension: a test holds blocks here while it
+    /// suspends the queue. Given the block's group, by which a test tells blocks apart.
+    static let forwardedStarts = Mutex<(@Sendable (WorkQueue, WorkGroup?) -> Void)?>(nil)
+
+    static func runForwardedStarts(_ queue: WorkQueue, group: WorkGroup?) {
+        let hook = forwardedStarts.locked { $0 }
+        hook?(queue, group)
+    }
+
     static func runBeforePush(_ queue: WorkQueue) {
         let hook = beforePush.locked { $0 }
         hook?(queue)
