@@ -80,20 +80,11 @@ extension WorkerPool {
 
     /// `pthread_create` of the watch's thread, with the pool retained in `context`: 0 or -errno.
     private static func spawnWatchThread(_ context: UnsafeMutableRawPointer) -> Int32 {
-        var thread = pthread_t()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        #if DEBUG
-        LockOrder.assertNoSpinLockHeld("pthread_create")
-        #endif
-        let result = lull_pthread_create(&thread, &attributes, { context in
+        createDetachedThread(context) { context in
             let pool = Unmanaged<WorkerPool>.fromOpaque(context!).takeRetainedValue()
             pool.pollWatchMain()
             return nil
-        }, context)
-        pthread_attr_destroy(&attributes)
-        return result
+        }
     }
 
     private func pollWatchMain() {

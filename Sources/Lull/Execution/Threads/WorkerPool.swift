@@ -308,6 +308,16 @@ final class WorkerPool: Sendable {
 
     /// `pthread_create` of a worker thread whose retained `Worker` is `context`: 0 or -errno.
     private static func spawnWorkerThread(_ context: UnsafeMutableRawPointer) -> Int32 {
+        createDetachedThread(context) { context in
+            let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
+            worker.owner.workerMain(worker)
+            return nil
+        }
+    }
+
+    /// `pthread_create` of a detached thread that runs `start(context)`: 0 or -errno.
+    static func createDetachedThread(_ context: UnsafeMutableRawPointer,
+                                     _ start: @convention(c) (UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer?) -> Int32 {
         var thread = pthread_t()
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
@@ -315,11 +325,7 @@ final class WorkerPool: Sendable {
         #if DEBUG
         LockOrder.assertNoSpinLockHeld("pthread_create")
         #endif
-        let result = lull_pthread_create(&thread, &attributes, { context in
-            let worker = Unmanaged<Worker>.fromOpaque(context!).takeRetainedValue()
-            worker.owner.workerMain(worker)
-            return nil
-        }, context)
+        let result = lull_pthread_create(&thread, &attributes, start, context)
         pthread_attr_destroy(&attributes)
         return result
     }
