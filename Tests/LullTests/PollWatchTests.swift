@@ -237,17 +237,18 @@ extension LullSuite {
                 let before = (wakes: watch.wakes.load(ordering: .relaxed), ticks: watch.ticks.load(ordering: .relaxed),
                               alarmed: watch.alarmedBatches.load(ordering: .relaxed))
                 let after = Mutex<(wakes: UInt64, ticks: UInt64, alarmed: UInt64)?>(nil)
-                let fires = Counter()
+                let fires = Atomic<Int>(0)
+                let fifth = Flag()
                 let timer = EventSource.makeTimerSource(queue: WorkQueue(label: "lull.test.watch.sparse"))
                 timer.setEventHandler {
-                    if fires.increment() == 5 {
-                        after.locked { $0 = (watch.wakes.load(ordering: .relaxed), watch.ticks.load(ordering: .relaxed),
-                                             watch.alarmedBatches.load(ordering: .relaxed)) }
-                    }
+                    guard fires.wrappingAdd(1, ordering: .relaxed).newValue == 5 else { return }
+                    after.locked { $0 = (watch.wakes.load(ordering: .relaxed), watch.ticks.load(ordering: .relaxed),
+                                         watch.alarmedBatches.load(ordering: .relaxed)) }
+                    fifth.set()
                 }
                 timer.schedule(deadline: .now() + .milliseconds(40), repeating: .milliseconds(40), leeway: .zero)
                 timer.activate()
-                #expect(fires.await { $0 >= 5 })
+                #expect(fifth.await())
                 timer.cancel()
                 guard let seenAfter = after.locked({ $0 }) else { continue }
                 seen = "wakes \(before.wakes) → \(seenAfter.wakes), ticks \(before.ticks) → \(seenAfter.ticks), alarmed batches \(before.alarmed) → \(seenAfter.alarmed)"
