@@ -189,16 +189,21 @@ extension LullSuite {
             wakeUp.cancel()
         }
 
-        /// Once parked, the watch ticks no more: a timer 200 ms away, a whole quiet period
-        /// of ten ticks, finds the tick count where it was when the watch parked.
-        @Test func theWatchDoesNotTickWhileNothingRuns() throws {
+        /// The shared runtime's watch, started: it exists once the reactor needed a poller.
+        func startedWatch() -> PollWatch {
             let watch = Runtime.shared.pool.pollWatch
-            // The watch exists once the reactor needed a poller.
             let warmUp = Flag()
             Runtime.shared.pool.ensurePoller()
             WorkQueue(label: "lull.test.watch.warm-up").asyncAfter(deadline: .now() + .milliseconds(1)) { warmUp.set() }
             #expect(warmUp.await())
             #expect(watch.isStarted)
+            return watch
+        }
+
+        /// Once parked, the watch ticks no more: a timer 200 ms away, a whole quiet period
+        /// of ten ticks, finds the tick count where it was when the watch parked.
+        @Test func theWatchDoesNotTickWhileNothingRuns() throws {
+            let watch = startedWatch()
             var quiet = false
             for _ in 0..<3 where !quiet {
                 #expect(waitUntil { watch.isParked })
@@ -224,11 +229,7 @@ extension LullSuite {
         /// wake nor a tick happens across five fires. (Three attempts: another suite's work
         /// running alongside may wake it.)
         @Test func sparseBatchesArmTheAlarmInsteadOfWakingTheWatch() throws {
-            let watch = Runtime.shared.pool.pollWatch
-            let warmUp = Flag()
-            Runtime.shared.pool.ensurePoller()
-            WorkQueue(label: "lull.test.watch.sparse-warm-up").asyncAfter(deadline: .now() + .milliseconds(1)) { warmUp.set() }
-            #expect(warmUp.await())
+            let watch = startedWatch()
             try #require(watch.alarm.load() != nil, "the watch's alarm could not be opened")
             var quiet = false
             var seen = ""
